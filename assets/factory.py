@@ -1,0 +1,113 @@
+"""The asset factory: one Dagster asset per registered stage, never a hand-written copy.
+
+In-process stages call ``pipelines.runner.run_stage``; training stages (``launcher ==
+"accelerate"``) run as a subprocess started through Dagster Pipes with the configured
+launcher (accelerate / torchrun / deepspeed), so one process or N GPUs is a setting.
+Each validation rule of a stage is an asset check; blocking ones stop everything downstream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from assets.resources import MnemosResource
+from pipelines.registry import CheckOutcome, Stage, StageResult
+from pipelines.stages import STAGES, upstream
+
+
+def to_metadata(meta: dict[str, Any]) -> dict[str, Any]:
+    """Plain values -> Dagster metadata values (markdown tables, links, paths, JSON)."""
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        if key.endswith("_md") and isinstance(value, str):
+            out[key[:-3]] = dg.MetadataValue.md(value)
+        elif key.endswith("_url") and isinstance(value, str):
+            out[key] = dg.MetadataValue.url(value)
+        elif isinstance(value, (dict, list)):
+            out[key] = dg.MetadataValue.json(value)
+        elif isinstance(value, bool) or value is None:
+            out[key] = dg.MetadataValue.text(str(value))
+        elif isinstance(value, (int, float, str)):
+            out[key] = value
+        else:
+            out[key] = dg.MetadataValue.text(str(value))
+    return out
+
+
+def check_result(stage: Stage, outcome: CheckOutcome) -> dg.AssetCheckResult:
+    meta = {"failing_records": outcome.count, "examples": dg.MetadataValue.md(
+        "\n".join(f"- `{e}`" for e in outcome.examples) or "none")}
+    meta.update(to_metadata(outcome.metadata))
+    return dg.AssetCheckResult(
+        asset_key=dg.AssetKey(stage.name), check_name=outcome.name, passed=outcome.passed,
+        severity=dg.AssetCheckSeverity.ERROR if outcome.blocking else dg.AssetCheckSeverity.WARN,
+        description=outcome.description or None, metadata=meta)
+
+
+def materialize_result(stage: Stage, result: StageResult) -> dg.MaterializeResult:
+    meta = dict(result.metadata)
+    meta.update({f"metric.{k}": v for k, v in result.metrics.items() if f"metric.{k}" not in meta})
+    return dg.MaterializeResult(metadata=to_metadata(meta),
+                                check_results=[check_result(stage, c) for c in result.checks])
+
+
+def pipes_command(stage: Stage, mnemos: MnemosResource) -> list[str]:
+    """The launcher command that runs ``assets.pipes_entry STAGE`` on every rank."""
+    module = ["-m", "assets.pipes_entry", stage.name]
+    if mnemos.launcher == "python" or (mnemos.launcher == "accelerate" and mnemos.num_processes == 1
+                                        and not mnemos.launcher_config):
+        return [sys.executable, *module]
+    if mnemos.launcher == "accelerate":
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(mnemos.num_processes)]
+        if mnemos.launcher_config:
+            cmd += ["--config_file", mnemos.launcher_config]
+        return cmd + module
+    if mnemos.launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(mnemos.num_processes), *module]
+    if mnemos.launcher == "deepspeed":
+        return ["deepspeed", "--num_gpus", str(mnemos.num_processes), "--module", *module[1:]]
+    raise dg.DagsterInvalidConfigError(f"unknown launcher {mnemos.launcher!r}", [], None)
+
+
+def build_asset(stage: Stage) -> dg.AssetsDefinition:
+    check_specs = [dg.AssetCheckSpec(c.name, asset=stage.name, description=c.description, blocking=c.blocking)
+                   for c in stage.checks]
+    kinds = {"pytorch"} if stage.launcher == "accelerate" else {"python"}
+    static_meta = {"inputs": dg.MetadataValue.json(list(stage.inputs)),
+                   "outputs": dg.MetadataValue.json(list(stage.outputs)),
+                   "params": dg.MetadataValue.json(list(stage.params)),
+                   "mlflow_experiment": stage.mlflow_experiment}
+
+    if stage.launcher == "accelerate":
+        @dg.asset(name=stage.name, group_name=stage.group, description=stage.description,
+                  deps=upstream(stage), check_specs=check_specs, kinds=kinds, metadata=static_meta)
+        def _launched(context: dg.AssetExecutionContext, mnemos: MnemosResource,
+                      pipes_subprocess_client: dg.PipesSubprocessClient):
+            env = {"MNEMOS_ROOT": mnemos.root or os.environ.get("MNEMOS_ROOT", ""), "MNEMOS_OVERRIDES": json.dumps(mnemos.resolved_overrides()),
+                   "MNEMOS_TRACK": "1" if mnemos.track else "0"}
+            return pipes_subprocess_client.run(
+                command=pipes_command(stage, mnemos), context=context, env=env,
+            ).get_materialize_result()
+
+        return _launched
+
+    @dg.asset(name=stage.name, group_name=stage.group, description=stage.description,
+              deps=upstream(stage), check_specs=check_specs, kinds=kinds, metadata=static_meta)
+    def _inprocess(context: dg.AssetExecutionContext, mnemos: MnemosResource):
+        from pipelines.runner import run_stage
+
+        result = run_stage(stage.name, mnemos.resolved_overrides(), track=mnemos.track, enforce_checks=False,
+                           root=Path(mnemos.root) if mnemos.root else None)
+        return materialize_result(stage, result)
+
+    return _inprocess
+
+
+def build_assets() -> list[dg.AssetsDefinition]:
+    return [build_asset(stage) for stage in STAGES.values()]

@@ -1,0 +1,111 @@
+"""Command line: ``python -m pipelines ...`` (also installed as ``mnemos``).
+
+  run STAGE [--set section.key=value ...] [--profile tiny|paper] [--no-track]
+  list                       the registered stages, in order, with their groups and inputs
+  dvc-yaml                   print dvc.yaml as generated from the registry
+  ingest --source NAME --path PATH --out DIR
+                             load a published dataset, validate it, write canonical data;
+                             the last line of stdout is a JSON object of counts
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from pipelines.errors import MnemosError
+
+
+def _overrides(args) -> dict:
+    from pipelines.config import deep_merge, parse_override
+
+    merged: dict = {}
+    for text in args.set or []:
+        merged = deep_merge(merged, parse_override(text))
+    if getattr(args, "profile", None):
+        merged["profile"] = args.profile
+    return merged
+
+
+def cmd_run(args) -> int:
+    from pipelines.runner import run_stage
+
+    result = run_stage(args.stage, _overrides(args), track=not args.no_track)
+    summary = {k: v for k, v in result.metadata.items() if isinstance(v, (int, float, str, bool, dict))}
+    failed = [c.name for c in result.checks if not c.passed]
+    if failed:
+        summary["failed_checks"] = failed
+    print(json.dumps(summary, default=str))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from pipelines.stages import STAGES, upstream
+
+    for stage in STAGES.values():
+        deps = ", ".join(upstream(stage)) or "-"
+        print(f"{stage.name:24s} {stage.group:9s} after: {deps}")
+    return 0
+
+
+def cmd_dvc_yaml(args) -> int:
+    from pipelines.stages import dvc_yaml
+
+    sys.stdout.write(dvc_yaml())
+    return 0
+
+
+def cmd_ingest(args) -> int:
+    from pipelines.data.ingest import load_source, write_canonical
+    from pipelines.validate import validate, write_report
+
+    path, out = Path(args.path), Path(args.out)
+    loaded = load_source(args.source, path)
+    report = validate(loaded.episodes, file=str(path), profile="misc" if args.source == "misc" else "generic",
+                      records=getattr(loaded, "records", None))
+    write_report(report, out.parent / f"{out.name}.validation.html", out.parent / f"{out.name}.validation.json")
+    report.raise_if_blocking()
+    counts = write_canonical(loaded, out)
+    print(json.dumps(counts, sort_keys=True))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pipelines", description="mnemos pipeline stages")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    run = sub.add_parser("run", help="run one stage (what dvc repro and the Dagster assets call)")
+    run.add_argument("stage")
+    run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
+    run.add_argument("--profile", choices=["tiny", "paper"], help="override params.yaml's profile")
+    run.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    run.set_defaults(func=cmd_run)
+
+    sub.add_parser("list", help="list the registered stages").set_defaults(func=cmd_list)
+    sub.add_parser("dvc-yaml", help="print dvc.yaml generated from the registry").set_defaults(func=cmd_dvc_yaml)
+
+    ing = sub.add_parser("ingest", help="load a published dataset into canonical data")
+    ing.add_argument("--source", required=True, help="loader name (see pipelines/data/loaders)")
+    ing.add_argument("--path", required=True, help="the published file or folder")
+    ing.add_argument("--out", required=True, help="output folder for canonical .jsonl files")
+    ing.set_defaults(func=cmd_ingest)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return args.func(args)
+    except MnemosError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""Profiles and the one resolved configuration of a run.
+
+Resolution, lowest to highest priority:
+  1. the profile's defaults (``PROFILES[profile]``: ``tiny`` runs on a CPU in minutes,
+     ``paper`` uses the papers' model sizes and settings),
+  2. ``params.yaml`` (the DVC-tracked knobs; its ``profile:`` key picks the profile),
+  3. overrides given at run time (Dagster run config, ``--set key.sub=value`` on the CLI,
+     or the ``MNEMOS_PROFILE`` environment variable for the profile).
+
+Each stage reads the top-level sections it names in the registry; the full resolved
+config of those sections is what the stage's MLflow run logs as params.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipelines.errors import ConfigError
+
+CODE_ROOT = Path(__file__).resolve().parent.parent
+# The project folder whose params.yaml, data/, models/ and reports/ a run uses: the code's
+# checkout by default; MNEMOS_ROOT points runs (and tests) at another folder.
+ROOT = Path(os.environ.get("MNEMOS_ROOT") or CODE_ROOT).resolve()
+PARAMS_FILE = ROOT / "params.yaml"
+
+# Profile defaults: only what differs between profiles lives here. Everything a user
+# would tune per run lives in params.yaml (tracked by DVC).
+PROFILES: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "device": "cpu",
+        "benchmark": {"embedding_batch_size": 64},
+    },
+    "paper": {
+        "device": "auto",
+        "benchmark": {"embedding_batch_size": 256},
+    },
+}
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Return ``base`` updated recursively by ``override`` (neither is modified)."""
+    out = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> dict:
+    """``"benchmark.ks=[1,5]"`` -> ``{"benchmark": {"ks": [1, 5]}}`` (value parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    dotted, raw = text.split("=", 1)
+    value = yaml.safe_load(raw)
+    node: dict = {}
+    cursor = node
+    parts = dotted.strip().split(".")
+    for part in parts[:-1]:
+        cursor = cursor.setdefault(part, {})
+    cursor[parts[-1]] = value
+    return node
+
+
+def load_params(path: Path | None = None) -> dict:
+    path = Path(path or PARAMS_FILE)
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist: the project's knobs live there")
+    with open(path, encoding="utf-8") as f:
+        params = yaml.safe_load(f) or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path} must hold a mapping of sections")
+    return params
+
+
+def resolve(overrides: dict | None = None, params_file: Path | None = None) -> dict:
+    """The full resolved configuration: profile defaults < params.yaml < overrides."""
+    params = load_params(params_file)
+    overrides = overrides or {}
+    profile = overrides.get("profile") or os.environ.get("MNEMOS_PROFILE") or params.get("profile", "tiny")
+    if profile not in PROFILES:
+        raise ConfigError(f"profile {profile!r} is unknown; choose one of {sorted(PROFILES)}")
+    config = deep_merge(PROFILES[profile], params)
+    config = deep_merge(config, overrides)
+    config["profile"] = profile
+    return config
+
+
+def stage_config(config: dict, sections: tuple[str, ...]) -> dict:
+    """The part of the resolved config a stage reads (its params sections plus globals)."""
+    out = {k: config[k] for k in ("profile", "seed", "device") if k in config}
+    for section in sections:
+        if section not in config:
+            raise ConfigError(f"params.yaml has no section {section!r}, which the stage reads")
+        out[section] = config[section]
+    return out
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: the form MLflow params take."""
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = str(value)
+    return flat

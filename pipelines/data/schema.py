@@ -1,0 +1,246 @@
+"""The canonical data model (METHODS.md section 0).
+
+Every loader maps its source into these types and every stage reads only them.
+One episode is one JSON object on one line of a ``.jsonl`` file; the first line of
+the file is a header ``{"schema": "mnemos.episodes", "version": SCHEMA_VERSION}``.
+
+Construction checks types and required ids (pydantic); rules that span records
+(unique ids, evidence that resolves, time order, MiSC's filters) live in
+``pipelines.validate`` so that a broken dataset produces a report, not a crash.
+
+Ids are strings, unique within an episode. A MemoryLink points from a newer memory
+to the earlier one it refers to or updates; links never delete anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipelines.errors import DataError
+
+SCHEMA_NAME = "mnemos.episodes"
+SCHEMA_VERSION = 1
+SPLITS = ("train", "valid", "test")
+QUERY_CATEGORIES_SYNTHETIC = ("single-session", "multi-session", "knowledge-update", "temporal")
+
+Id = str
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True)
+
+
+def _nonblank(value: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+class Triplet(_Model):
+    """A fact (subject, relation, object), e.g. ("Ana", "works_as", "nurse")."""
+
+    subject: str
+    relation: str
+    object: str
+
+    _check = field_validator("subject", "relation", "object")(_nonblank)
+
+    def serialise(self) -> str:
+        """The "subject relation object" line G-Long puts in its MEMORY block."""
+        return f"{self.subject} {self.relation.replace('_', ' ')} {self.object}"
+
+
+class Speaker(_Model):
+    """A participant: name, role or job (or relationship), persona sentences."""
+
+    name: str
+    role: str | None = None
+    persona: list[str] = Field(default_factory=list)
+
+    _check = field_validator("name")(_nonblank)
+
+
+class Turn(_Model):
+    """One utterance. ``memory_tags`` are ids of memories the utterance used."""
+
+    id: Id
+    speaker: str
+    text: str
+    triplets: list[Triplet] = Field(default_factory=list)
+    memory_tags: list[Id] = Field(default_factory=list)
+    has_answer: bool = False  # turn-level evidence flag as published (LongMemEval)
+
+    _check = field_validator("id", "speaker")(_nonblank)
+
+
+class Memory(_Model):
+    """An egocentric memory: ``owner`` remembers ``text`` about ``about``."""
+
+    id: Id
+    owner: str
+    about: str
+    text: str
+    session_id: Id
+    importance: float | None = None
+    kind: str | None = None  # source-specific type (e.g. RealMem's Dynamic/Static/Schedule, observation)
+
+    _check = field_validator("id", "owner", "about", "session_id")(_nonblank)
+
+
+class MemoryLink(_Model):
+    """``from_id`` (newer memory) refers to or updates ``to_id`` (earlier memory)."""
+
+    from_id: Id
+    to_id: Id
+
+    _check = field_validator("from_id", "to_id")(_nonblank)
+
+
+class Session(_Model):
+    """A session in time order; ``partner`` is the main speaker's partner in it."""
+
+    id: Id
+    index: int = Field(ge=0)
+    timestamp: datetime | None = None
+    partner: str | None = None
+    turns: list[Turn] = Field(default_factory=list)
+    memories: list[Memory] = Field(default_factory=list)
+    links: list[MemoryLink] = Field(default_factory=list)
+    summary: str | None = None
+
+    _check = field_validator("id")(_nonblank)
+
+
+class Query(_Model):
+    """A question asked in session ``session_id`` (None: after the last session).
+
+    Evidence is given at every granularity the source has: turn ids, session ids,
+    memory ids. ``abstention`` marks questions with no answer in the history
+    (left out of retrieval metrics).
+    """
+
+    id: Id
+    session_id: Id | None = None
+    question: str
+    answer: str = ""
+    evidence_turns: list[Id] = Field(default_factory=list)
+    evidence_sessions: list[Id] = Field(default_factory=list)
+    evidence_memories: list[Id] = Field(default_factory=list)
+    category: str | None = None
+    abstention: bool = False
+    timestamp: datetime | None = None
+    flags: list[str] = Field(default_factory=list)  # e.g. "evidence_not_earlier" (RealMem quirk)
+
+    _check = field_validator("id", "question")(_nonblank)
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _answer_to_str(cls, value):  # LongMemEval answers are sometimes integers
+        return "" if value is None else str(value) if isinstance(value, (int, float)) else value
+
+
+class Episode(_Model):
+    """A multi-session dialogue of one main speaker with one or more partners."""
+
+    id: Id
+    source: str
+    main_speaker: str
+    speakers: list[Speaker] = Field(default_factory=list)
+    sessions: list[Session] = Field(default_factory=list)
+    queries: list[Query] = Field(default_factory=list)
+    split: Literal["train", "valid", "test"] = "train"
+
+    _check = field_validator("id", "source", "main_speaker")(_nonblank)
+
+    # --- convenient views -------------------------------------------------
+    def turns(self) -> Iterator[tuple[Session, Turn]]:
+        for session in self.sessions:
+            for turn in session.turns:
+                yield session, turn
+
+    def memories(self) -> Iterator[Memory]:
+        for session in self.sessions:
+            yield from session.memories
+
+    def session_by_id(self) -> dict[Id, Session]:
+        return {s.id: s for s in self.sessions}
+
+
+# --- storage ------------------------------------------------------------------
+
+def _header() -> str:
+    return json.dumps({"schema": SCHEMA_NAME, "version": SCHEMA_VERSION})
+
+
+def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode]) -> int:
+    """Write episodes atomically (temporary file, then rename). Returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_header() + "\n")
+            for episode in episodes:
+                f.write(episode.model_dump_json(exclude_defaults=True) + "\n")
+                count += 1
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "<record>"
+    return field, err["msg"]
+
+
+def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
+    """Read episodes written by :func:`write_episodes`, validating each line.
+
+    Raises DataError naming the file, the line and the field on any bad record.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file does not exist", file=str(path))
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"not UTF-8 ({exc.reason} at byte {exc.start})", file=str(path),
+                                record=f"line {lineno}") from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"invalid JSON ({exc.msg}, column {exc.colno})", file=str(path),
+                                record=f"line {lineno}") from None
+            if lineno == 1:
+                if not isinstance(obj, dict) or obj.get("schema") != SCHEMA_NAME:
+                    raise DataError(f"missing header {_header()}", file=str(path), record="line 1",
+                                    field="schema")
+                if obj.get("version") != SCHEMA_VERSION:
+                    raise DataError(f"schema version {obj.get('version')!r}, this code reads "
+                                    f"version {SCHEMA_VERSION}", file=str(path), record="line 1",
+                                    field="version")
+                continue
+            try:
+                yield Episode.model_validate(obj)
+            except ValidationError as exc:
+                field, msg = _first_error(exc)
+                raise DataError(msg, file=str(path), record=f"line {lineno}", field=field) from None
+
+
+def read_episodes(path: str | os.PathLike) -> list[Episode]:
+    return list(iter_episodes(path))

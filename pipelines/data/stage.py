@@ -1,0 +1,103 @@
+"""Data stages: generate the synthetic source, ingest every configured source.
+
+Ingestion = load the source's published files (``pipelines.data.loaders``) -> validate the
+canonical tables (``pipelines.validate``) -> write ``data/canonical/<source>/`` only when no
+blocking rule failed. The validation report (HTML + JSON) is written in every case to
+``reports/validation/<source>.*`` and each rule becomes a Dagster asset check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipelines.config import load_params
+from pipelines.registry import CheckSpec, StageResult, stage
+
+RAW_SYNTHETIC = "data/raw/synthetic"
+
+
+def canonical_dir(source: str) -> str:
+    return f"data/canonical/{source}"
+
+
+def _rule_specs() -> list[CheckSpec]:
+    from pipelines.validate import RULES
+
+    return [CheckSpec(name, rule.description, rule.blocking) for name, rule in RULES.items()]
+
+
+@stage(name="synthetic", group="data", params=("synthetic",), outputs=(RAW_SYNTHETIC,))
+def synthetic(ctx) -> StageResult:
+    """Synthetic mixed-session episodes (deterministic from the seed): the tiny profile's data.
+
+    Episodes with a main speaker and partners, facts with ground-truth triplets, egocentric
+    memories with links and tags, and queries of four kinds with evidence ids, split by episode.
+    """
+    from pipelines.data.synthetic import SyntheticConfig, generate, write_splits
+
+    knobs = dict(ctx.config["synthetic"])
+    knobs.setdefault("seed", ctx.config.get("seed", 2022))
+    episodes = generate(SyntheticConfig(**knobs))
+    counts = write_splits(episodes, ctx.path(RAW_SYNTHETIC))
+    meta = {f"episodes_{split}": n for split, n in counts.items()}
+    meta["sessions"] = sum(len(e.sessions) for e in episodes)
+    meta["turns"] = sum(len(s.turns) for e in episodes for s in e.sessions)
+    meta["queries"] = sum(len(e.queries) for e in episodes)
+    return StageResult(metadata=meta, metrics={k: float(v) for k, v in meta.items()})
+
+
+def ingest_and_validate(ctx, source: str, path: Path, name: str) -> StageResult:
+    """Load ``path`` with loader ``source``, validate it, write canonical data only if it passes.
+
+    ``name`` names the dataset: its report is reports/validation/<name>.html and its canonical
+    data goes to data/canonical/<name>/.
+    """
+    from pipelines.data.ingest import load_source, write_canonical
+    from pipelines.validate import validate, write_report
+
+    loaded = load_source(source, path)
+    report = validate(loaded.episodes, file=str(path), profile="misc" if source == "misc" else "generic",
+                      records=getattr(loaded, "records", None))
+    html = ctx.path(f"reports/validation/{name}.html")
+    write_report(report, html, html.with_suffix(".json"))
+    if ctx.tracker is not None:
+        ctx.tracker.log_artifact(html, artifact_path="validation")
+        ctx.tracker.log_artifact(html.with_suffix(".json"), artifact_path="validation")
+    meta = {"source": source, "path": str(path), "validation_report": str(html)}
+    if any(c.blocking and not c.passed for c in report.outcomes):
+        return StageResult(metadata=meta, checks=list(report.outcomes))
+    counts = write_canonical(loaded, ctx.path(canonical_dir(name)))
+    dropped = counts.pop("dropped", {})
+    meta.update(counts)
+    meta["dropped"] = dropped
+    metrics = {k: float(v) for k, v in counts.items() if isinstance(v, (int, float))}
+    metrics.update({f"dropped.{k}": float(v) for k, v in dropped.items()})
+    return StageResult(metadata=meta, metrics=metrics, checks=list(report.outcomes))
+
+
+@stage(name="ingest_synthetic", group="data", params=(), inputs=(RAW_SYNTHETIC,),
+       outputs=(canonical_dir("synthetic"),), checks=_rule_specs(),
+       code=("pipelines/data", "pipelines/validate"))
+def ingest_synthetic(ctx) -> StageResult:
+    """Ingest and validate the synthetic source into the canonical model (data/canonical/synthetic)."""
+    return ingest_and_validate(ctx, "canonical", ctx.path(RAW_SYNTHETIC), "synthetic")
+
+
+def _register_sources() -> None:
+    """One ``ingest_<source>`` stage for each real source configured in params.yaml ``sources``."""
+    sources = (load_params().get("sources") or {})
+    for source, path in sources.items():
+        if not path:
+            continue
+
+        def fn(ctx, source=source):
+            path = Path(ctx.config["sources"][source]).expanduser()
+            return ingest_and_validate(ctx, source, path if path.is_absolute() else ctx.root / path, source)
+
+        fn.__doc__ = f"Ingest and validate the {source} files at params.yaml sources.{source} into the canonical model."
+        stage(name=f"ingest_{source}", group="data", params=("sources",), inputs=(str(path),),
+              outputs=(canonical_dir(source),), checks=_rule_specs(),
+              code=("pipelines/data", "pipelines/validate"))(fn)
+
+
+_register_sources()

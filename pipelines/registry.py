@@ -1,0 +1,99 @@
+"""The stage registry: one record per stage, read by Dagster, dvc.yaml and the CLI.
+
+A stage is a pure function over files: it reads its declared ``inputs`` (paths
+relative to the project root), writes its declared ``outputs``, takes its settings
+from ``ctx.config`` (the resolved section(s) of params.yaml named in ``params``) and
+returns a :class:`StageResult`. Upstream stages are derived from paths: a stage
+depends on whichever stage declares one of its inputs as an output.
+
+Stages register themselves with the :func:`stage` decorator in their own package;
+``pipelines.stages`` imports those packages and exposes the finished registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+Group = Literal["data", "mdr", "emma", "glong", "evaluate"]
+
+
+@dataclass
+class CheckOutcome:
+    """Result of one validation rule, surfaced as a Dagster asset check."""
+
+    name: str                      # rule name, e.g. "evidence_turns_resolve"
+    passed: bool
+    description: str = ""
+    blocking: bool = True          # a failed blocking check stops everything downstream
+    count: int = 0                 # number of failing records
+    examples: list[str] = field(default_factory=list)  # a few failing records, "file:line: message"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StageResult:
+    """What a stage returns: metadata for Dagster, metrics for MLflow, check outcomes."""
+
+    metadata: dict[str, Any] = field(default_factory=dict)   # row counts, paths, markdown tables
+    metrics: dict[str, float] = field(default_factory=dict)  # scalar results (also logged to MLflow)
+    checks: list[CheckOutcome] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    description: str
+    blocking: bool = True
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    group: Group
+    description: str
+    fn: Callable[..., StageResult]
+    inputs: tuple[str, ...]       # files or folders read (root-relative)
+    outputs: tuple[str, ...]      # files or folders written (root-relative); cleaned on failure
+    params: tuple[str, ...]       # top-level params.yaml sections the stage reads
+    checks: tuple[CheckSpec, ...] = ()
+    metrics: tuple[str, ...] = ()  # outputs that are DVC metrics files
+    plots: tuple = ()               # outputs that are DVC plots: a path, or {path: {x, y, template}}
+    launcher: Literal["inprocess", "accelerate"] = "inprocess"  # training stages run in a launched subprocess
+    experiment: str = ""          # MLflow experiment (defaults to the group)
+    code: tuple[str, ...] = ()    # source folders whose change re-runs the stage under DVC
+
+    @property
+    def mlflow_experiment(self) -> str:
+        return self.experiment or f"mnemos-{self.group}"
+
+
+_REGISTRY: dict[str, Stage] = {}
+
+
+def stage(*, name: str, group: Group, inputs=(), outputs=(), params=(), checks=(), metrics=(),
+          plots=(), launcher="inprocess", experiment="", code=()):
+    """Register ``fn(ctx) -> StageResult`` as a stage. The docstring is its description."""
+
+    def wrap(fn):
+        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+            raise ValueError(f"stage {name!r} registered twice")
+        doc = (fn.__doc__ or "").strip()
+        _REGISTRY[name] = Stage(
+            name=name, group=group, description=doc, fn=fn, inputs=tuple(inputs),
+            outputs=tuple(outputs), params=tuple(params),
+            checks=tuple(c if isinstance(c, CheckSpec) else CheckSpec(*c) for c in checks),
+            metrics=tuple(metrics), plots=tuple(plots), launcher=launcher, experiment=experiment,
+            code=tuple(code) or (str(Path(fn.__code__.co_filename).parent.relative_to(_ROOT)),),
+        )
+        return fn
+
+    return wrap
+
+
+_ROOT = Path(__file__).resolve().parent.parent  # the code's checkout (for DVC code deps)
+
+
+def registered() -> dict[str, Stage]:
+    return dict(_REGISTRY)

@@ -1,0 +1,142 @@
+"""Run one registered stage: resolve its config, open its MLflow run, call it, enforce its checks.
+
+The same function serves every view of a stage: ``python -m pipelines run STAGE`` (and so
+``dvc repro``), the Dagster asset, and a launched training subprocess. Guarantees:
+- declared outputs are removed before the stage runs and whenever it fails, so no partial
+  output is ever left behind (checkpoints live in undeclared sibling folders, so an
+  interrupted training resumes);
+- a failed blocking check raises :class:`ValidationFailed` naming the file, record and rule,
+  unless the caller (Dagster) reports checks itself, and the outputs are removed;
+- only rank 0 of a distributed launch talks to MLflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines import config as cfg
+from pipelines.errors import DataError, ValidationFailed
+from pipelines.registry import Stage, StageResult
+
+log = logging.getLogger("mnemos")
+
+
+@dataclass
+class StageContext:
+    """What a stage function receives."""
+
+    stage: Stage
+    config: dict[str, Any]            # the resolved sections the stage reads (+ profile, seed, device)
+    root: Path                        # project root; all declared paths are relative to it
+    tracker: Any = None               # pipelines.tracking.Tracker on rank 0, else None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def path(self, relative: str) -> Path:
+        return self.root / relative
+
+    @property
+    def profile(self) -> str:
+        return self.config.get("profile", "tiny")
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        if self.tracker is not None:
+            self.tracker.log_metrics(metrics, step=step)
+
+
+def is_rank_zero() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def clean_outputs(stage: Stage, root: Path) -> None:
+    for out in stage.outputs:
+        _remove(root / out)
+
+
+def failed_blocking(result: StageResult):
+    return [c for c in result.checks if c.blocking and not c.passed]
+
+
+def blocking_message(stage: Stage, result: StageResult) -> str:
+    failed = failed_blocking(result)
+    first = failed[0]
+    example = first.examples[0] if first.examples else "no example recorded"
+    others = "; ".join(f"{c.name} ({c.count})" for c in failed[1:])
+    report = result.metadata.get("validation_report", "")
+    return (f"stage {stage.name}: blocking rule '{first.name}' failed for {first.count} record(s), "
+            f"first: {example}" + (f"; also failed: {others}" if others else "")
+            + (f"; report: {report}" if report else "") + ". Nothing downstream runs on this data.")
+
+
+def run_stage(name: str, overrides: dict | None = None, *, track: bool = True, enforce_checks: bool = True,
+              root: Path | None = None, params_file: Path | None = None) -> StageResult:
+    """Run stage ``name`` once and return its result (see module docstring)."""
+    from pipelines.stages import STAGES  # the registry, complete
+
+    if name not in STAGES:
+        raise KeyError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
+    stage = STAGES[name]
+    root = Path(root or cfg.ROOT)
+    resolved = cfg.resolve(overrides, params_file=params_file or root / "params.yaml")
+    stage_cfg = cfg.stage_config(resolved, stage.params)
+    for rel in stage.inputs:
+        if not (root / rel).exists():
+            producers = [s.name for s in STAGES.values() if rel in s.outputs]
+            hint = f"; run stage {producers[0]} first" if producers else ""
+            raise DataError(f"input {rel} of stage {name} does not exist{hint}", file=rel)
+
+    clean_outputs(stage, root)
+    started = time.time()
+    tracker_cm = None
+    if track and is_rank_zero():
+        from pipelines import tracking
+
+        tracker_cm = tracking.stage_run(stage.name, stage.mlflow_experiment, stage_cfg,
+                                        inputs={rel: root / rel for rel in stage.inputs})
+    try:
+        if tracker_cm is not None:
+            with tracker_cm as tracker:
+                result = _call(stage, stage_cfg, root, tracker)
+        else:
+            result = _call(stage, stage_cfg, root, None)
+    except BaseException:
+        clean_outputs(stage, root)
+        raise
+    result.metadata.setdefault("seconds", round(time.time() - started, 2))
+    if failed_blocking(result):
+        clean_outputs(stage, root)
+        if enforce_checks:
+            raise ValidationFailed(blocking_message(stage, result), rule=failed_blocking(result)[0].name)
+    return result
+
+
+def _call(stage: Stage, stage_cfg: dict, root: Path, tracker) -> StageResult:
+    ctx = StageContext(stage=stage, config=stage_cfg, root=root, tracker=tracker)
+    log.info("stage %s: starting (profile %s)", stage.name, ctx.profile)
+    result = stage.fn(ctx)
+    if not isinstance(result, StageResult):
+        raise TypeError(f"stage {stage.name} returned {type(result).__name__}, expected StageResult")
+    if tracker is not None:
+        tracker.log_metrics(result.metrics)
+        failed = [c.name for c in result.checks if not c.passed]
+        tracker.set_tags({"mnemos.checks": "failed: " + ", ".join(failed) if failed else "passed"})
+        for rel in stage.outputs:
+            path = root / rel
+            if rel.startswith("reports/") and path.exists():
+                tracker.log_artifact(path, artifact_path="reports")
+        result.metadata.setdefault("mlflow_run_id", tracker.run_id)
+        result.metadata.setdefault("mlflow_run_url", tracker.url)
+    log.info("stage %s: done", stage.name)
+    return result

@@ -1,0 +1,68 @@
+"""The registry of stages, complete: every stage module registers itself on import.
+
+Three views are derived from ``STAGES`` and nothing else:
+- the Dagster assets (``assets/factory.py``),
+- ``dvc.yaml`` (:func:`dvc_yaml`, committed; ``tests/test_stages.py`` fails when it drifts),
+- the CLI ``python -m pipelines run STAGE``.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+# Stage modules, in pipeline order. Importing them fills the registry.
+from pipelines.data import stage as _data_stages  # noqa: F401
+from pipelines.evaluate import stage as _evaluate_stages  # noqa: F401
+from pipelines.registry import Stage, registered
+
+STAGES: dict[str, Stage] = registered()
+
+
+def upstream(stage: Stage) -> list[str]:
+    """Stages that produce one of ``stage``'s inputs (a path equal to or containing it)."""
+    names = []
+    for other in STAGES.values():
+        if other.name == stage.name:
+            continue
+        for rel in stage.inputs:
+            if any(rel == out or rel.startswith(out.rstrip("/") + "/") for out in other.outputs):
+                names.append(other.name)
+                break
+    return names
+
+
+def _param_keys(stage: Stage) -> list[str]:
+    return ["profile", "seed", *stage.params]
+
+
+def _plot_path(plot) -> str:
+    return plot if isinstance(plot, str) else next(iter(plot))
+
+
+def dvc_yaml() -> str:
+    """dvc.yaml generated from the registry: each stage runs ``python -m pipelines run NAME``.
+
+    Metrics files go under ``metrics`` and plots (PNG or CSV) stay in git-ignored, uncached
+    outs and are listed in the top-level ``plots`` section (a CSV plot may carry x/y/template).
+    """
+    stages, plots = {}, []
+    for stage in STAGES.values():
+        plot_paths = {_plot_path(p) for p in stage.plots}
+        outs = [{o: {"cache": False}} if o in plot_paths else o
+                for o in stage.outputs if o not in stage.metrics]
+        entry = {
+            "desc": stage.description.splitlines()[0] if stage.description else stage.name,
+            "cmd": f"python -m pipelines run {stage.name}",
+            "deps": [*stage.inputs, *stage.code],
+            "params": _param_keys(stage),
+            "outs": outs,
+        }
+        if stage.metrics:
+            entry["metrics"] = [{m: {"cache": False}} for m in stage.metrics]
+        stages[stage.name] = entry
+        plots.extend(stage.plots)
+    doc = {"stages": stages}
+    if plots:
+        doc["plots"] = plots
+    header = "# GENERATED from pipelines/stages.py by `make dvc-yaml`: do not edit by hand.\n"
+    return header + yaml.safe_dump(doc, sort_keys=False, width=120)

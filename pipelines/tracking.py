@@ -1,0 +1,195 @@
+"""Experiment tracking: the only module of the project that imports mlflow.
+
+One MLflow run per stage execution, in one experiment per method (``mnemos-data``,
+``mnemos-mdr``, ``mnemos-emma``, ``mnemos-glong``, ``mnemos-evaluate``), named
+``<stage>-<profile>``. Each run carries the full resolved config of the stage as params,
+the git commit and the content hash of every input as tags, and the stage's metrics
+and artifacts.
+
+Store: ``MLFLOW_TRACKING_URI`` when set (e.g. a remote ``http://mlflow.example:5000``);
+otherwise a SQLite file ``mlflow/mlflow.db`` with artifacts under ``mlflow/artifacts/``
+in the project. ``python -m pipelines.tracking serve`` starts the UI over that store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from pipelines.config import ROOT, flatten
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+logging.getLogger("alembic").setLevel(logging.WARNING)
+
+STORE_DIR = ROOT / "mlflow"
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{STORE_DIR / 'mlflow.db'}"
+
+
+def artifact_root() -> str:
+    return os.environ.get("MNEMOS_ARTIFACT_ROOT") or (STORE_DIR / "artifacts").as_uri()
+
+
+def _is_local_store(uri: str) -> bool:
+    return uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri
+
+
+def git_commit(root: Path = ROOT) -> str:
+    """The commit of the working tree, with ``-dirty`` when it has uncommitted changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of a file, or of a folder's files (relative names and contents, sorted)."""
+    path = Path(path)
+    h = hashlib.sha256()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    else:
+        return "missing"
+    for file in files:
+        if path.is_dir():
+            h.update(str(file.relative_to(path)).encode())
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+class Tracker:
+    """What a stage uses to log: a thin, duck-typed handle over one active MLflow run."""
+
+    def __init__(self, mlflow_module, run):
+        self._mlflow = mlflow_module
+        self.run = run
+        self.run_id: str = run.info.run_id
+        self.experiment_id: str = run.info.experiment_id
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        clean = {_metric_name(k): float(v) for k, v in metrics.items() if _is_number(v)}
+        if clean:
+            self._mlflow.log_metrics(clean, step=step)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        flat = flatten(params)
+        for start in range(0, len(flat), 100):  # MLflow accepts 100 params a batch
+            self._mlflow.log_params(dict(list(flat.items())[start:start + 100]))
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self._mlflow.set_tags(tags)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        path = Path(path)
+        if path.is_dir():
+            self._mlflow.log_artifacts(str(path), artifact_path=artifact_path or path.name)
+        elif path.exists():
+            self._mlflow.log_artifact(str(path), artifact_path=artifact_path)
+
+    def log_text(self, text: str, name: str) -> None:
+        self._mlflow.log_text(text, name)
+
+    def log_model_card(self, text: str, artifact_path: str = "model") -> None:
+        self._mlflow.log_text(text, f"{artifact_path}/MODEL_CARD.md")
+
+    def register_model(self, path: str | Path, name: str, description: str = "") -> str:
+        """Log the model folder as artifacts and register it as a new version of ``name``."""
+        self.log_artifact(path, artifact_path="model")
+        client = self._mlflow.MlflowClient()
+        try:
+            client.get_registered_model(name)
+        except self._mlflow.exceptions.MlflowException:
+            client.create_registered_model(name, description=description)
+        source = f"{self.run.info.artifact_uri}/model"
+        version = client.create_model_version(name, source=source, run_id=self.run_id,
+                                              description=description)
+        return str(version.version)
+
+    @property
+    def url(self) -> str:
+        base = os.environ.get("MNEMOS_MLFLOW_UI", "http://127.0.0.1:5000")
+        return f"{base}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+
+def _is_number(value: Any) -> bool:
+    """Scalars MLflow can chart: ints and floats (numpy ones too), not bools or strings."""
+    if isinstance(value, (bool, str, bytes)):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _metric_name(name: str) -> str:
+    # MLflow allows alphanumerics, _ - . space / : only.
+    return "".join(c if c.isalnum() or c in "_-. /:" else "_" for c in name)
+
+
+def _experiment(mlflow, name: str) -> str:
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    kwargs = {"artifact_location": f"{artifact_root()}/{name}"} if _is_local_store(tracking_uri()) else {}
+    return mlflow.create_experiment(name, **kwargs)
+
+
+@contextlib.contextmanager
+def stage_run(stage: str, experiment: str, config: dict, inputs: dict[str, Path] | None = None,
+              tags: dict[str, str] | None = None) -> Iterator[Tracker]:
+    """Open one MLflow run for one execution of ``stage``; closes it FAILED on an exception."""
+    import mlflow
+
+    STORE_DIR.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(tracking_uri())
+    experiment_id = _experiment(mlflow, experiment)
+    profile = config.get("profile", "tiny")
+    all_tags = {"mnemos.stage": stage, "mnemos.profile": profile, "mlflow.source.git.commit": git_commit()}
+    for name, path in (inputs or {}).items():
+        all_tags[f"input_hash.{name}"] = content_hash(path)
+    all_tags.update(tags or {})
+    with mlflow.start_run(experiment_id=experiment_id, run_name=f"{stage}-{profile}") as run:
+        tracker = Tracker(mlflow, run)
+        tracker.set_tags(all_tags)
+        tracker.log_params(config)
+        yield tracker
+
+
+def serve(host: str = "127.0.0.1", port: int = 5000) -> int:
+    """Start the MLflow UI over the project's store (blocks)."""
+    STORE_DIR.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri(),
+           "--default-artifact-root", artifact_root(), "--host", host, "--port", str(port)]
+    return subprocess.call(cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.tracking")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="start the MLflow UI over the project's store")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=5000)
+    args = parser.parse_args(argv)
+    return serve(args.host, args.port)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
