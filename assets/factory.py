@@ -6,7 +6,6 @@ launcher (accelerate / torchrun / deepspeed), so one process or N GPUs is a sett
 Each validation rule of a stage is an asset check; blocking ones stop everything downstream.
 """
 
-from __future__ import annotations
 
 import json
 import os

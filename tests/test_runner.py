@@ -19,7 +19,8 @@ def make_stage(fn, **kw):
 
 
 @pytest.fixture
-def registry(monkeypatch):
+def registry(monkeypatch, tmp_path):
+    (tmp_path / "params.yaml").write_text("profile: tiny\nseed: 1\nbenchmark: {budget_tokens: 5}\n")
     table = {}
     monkeypatch.setattr(stages_mod, "STAGES", table)
     return table

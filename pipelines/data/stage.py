@@ -26,7 +26,8 @@ def _rule_specs() -> list[CheckSpec]:
     return [CheckSpec(name, rule.description, rule.blocking) for name, rule in RULES.items()]
 
 
-@stage(name="synthetic", group="data", params=("synthetic",), outputs=(RAW_SYNTHETIC,))
+@stage(name="synthetic", group="data", params=("synthetic",), outputs=(RAW_SYNTHETIC,),
+       code=("pipelines/data/synthetic.py", "pipelines/data/synthetic_lexicon.py", "pipelines/data/schema.py"))
 def synthetic(ctx) -> StageResult:
     """Synthetic mixed-session episodes (deterministic from the seed): the tiny profile's data.
 

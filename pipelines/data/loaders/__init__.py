@@ -1,0 +1,56 @@
+"""Loaders of the published dataset formats, registered by source name.
+
+Each module reads one source's own published files from a local path and returns a
+:class:`~pipelines.data.loaders.base.LoadResult` (canonical Episodes plus what was
+dropped and why); ``Episode.source`` is the registered name.
+
+| name        | module          | reads                                                      | split              |
+| ----------- | --------------- | ---------------------------------------------------------- | ------------------ |
+| locomo      | locomo.py       | ``locomo10.json``                                          | all ``test``       |
+| longmemeval | longmemeval.py  | ``longmemeval_s*.json``, ``_m*``, ``longmemeval_oracle.json`` | all ``test``    |
+| realmem     | realmem.py      | a folder of ``<Name>_dialogues_256k.json`` (or one file)   | all ``test``       |
+| convai2     | convai2.py      | ParlAI text files (``*_self_original*.txt`` ...)           | from the file name |
+| msc, cc     | msc.py          | session-column jsonl/json, or ParlAI MSC jsonl             | from the file name |
+| misc        | misc.py         | ``train.jsonl``, ``val.jsonl``, ``test.jsonl``             | from the file name |
+| personaext  | personaext.py   | jsonl of token triplets (+ ``schema.json``)                | from the file name |
+| canonical   | canonical.py    | our own episodes jsonl (``schema.write_episodes``)         | as written         |
+
+LoCoMo, LongMemEval and RealMem are benchmark-only (no training split is published),
+so all their episodes are ``test``. The other sources take the split from the file
+name (train / valid|val|validation|dev / test) and default to ``train``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from pipelines.data.loaders.base import LoadResult
+from pipelines.errors import ConfigError
+
+Loader = Callable[[str | Path], LoadResult]
+LOADERS: dict[str, Loader] = {}
+
+
+def register(name: str) -> Callable[[Loader], Loader]:
+    """Decorator: ``@register("locomo")`` makes ``get_loader("locomo")`` return the function."""
+    def deco(fn: Loader) -> Loader:
+        if name in LOADERS:
+            raise ValueError(f"loader '{name}' is registered twice")
+        LOADERS[name] = fn
+        return fn
+    return deco
+
+
+def get_loader(name: str) -> Loader:
+    """The loader registered under ``name``; ConfigError listing the known names otherwise."""
+    if name not in LOADERS:
+        raise ConfigError(f"unknown source '{name}'; known sources: {', '.join(sorted(LOADERS))}")
+    return LOADERS[name]
+
+
+# Importing the modules registers them.
+from pipelines.data.loaders import (canonical, convai2, locomo, longmemeval, misc, msc,  # noqa: E402,F401
+                                    personaext, realmem)
+
+__all__ = ["LOADERS", "LoadResult", "Loader", "get_loader", "register"]

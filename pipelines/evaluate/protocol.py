@@ -1,0 +1,265 @@
+"""The temporal evaluation protocol (RealMem, seed 002; METHODS.md section 5).
+
+RealMem's loop, for one episode and a fresh memory::
+
+    for session in sessions (time order):
+        for each query asked in this session:       # Query.session_id == session.id
+            retrieve from memory of the sessions before this one, never this one or a later one
+            score the ranking, measure the context a generator would read
+        memory.observe(session)                      # only now does the session enter memory
+    queries with session_id None are asked after the last session
+
+Rules:
+- Sessions are taken in ``Session.index`` order (the canonical time order).
+- A query whose evidence is not strictly earlier than its session (evidence in the current or a
+  later session, or flagged ``evidence_not_earlier`` by its loader: RealMem's quirk) is counted
+  and excluded, never scored: scoring it would reward a leak or punish the impossible.
+- Abstention queries (no answer in the history) are left out of the retrieval metrics, counted.
+- A retrieved item from a session the memory has not observed is a leak and raises RuntimeError.
+- Granularities: ``turn`` (evidence_turns), ``session`` (evidence_sessions; when a source gives
+  only turn evidence, the sessions of those turns) and ``memory`` (evidence_memories), each scored
+  when the strategy declares it and the query has evidence at it. Turn rankings are the turn ids
+  of the retrieved items; session and memory rankings deduplicate the items' session / memory ids
+  in rank order (a session ranks at the position of its best item).
+- Every query gets one ranking of depth ``depth`` (default: every item the memory holds), from
+  which recall/NDCG at each k and MRR are taken, and one ``context(query, budget_tokens)`` whose
+  tokens are counted with the strategy's token counter.
+- Before the loop, one strategy instance gets ``prepare(episodes)`` so that pure, text-only work
+  (embedding every turn) is batched; it adds nothing to memory, so it cannot leak.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any, Callable, Iterable, Sequence
+
+from tqdm.auto import tqdm
+
+from pipelines.data.schema import Episode, Query
+from pipelines.errors import ConfigError, DataError
+from pipelines.evaluate.metrics import retrieval_metrics
+from pipelines.memory import MemoryStrategy, Retrieved, TokenCounter, build_strategy
+
+EXCLUSION_REASONS = ("abstention", "evidence_not_earlier", "no_evidence", "no_scored_granularity")
+_ID_FIELD = {"turn": "turn_id", "session": "session_id", "memory": "memory_id"}
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """Settings of the temporal protocol."""
+
+    ks: tuple[int, ...] = (1, 3, 5, 10)  # cut-offs of recall@k, recall_any/all@k, ndcg_any@k
+    budget_tokens: int = 1024            # token budget of context(query, budget_tokens)
+    depth: int | None = None             # items ranked per query (MRR, session rankings); None: all held
+    show_progress: bool = True           # tqdm bar over episodes
+
+    def __post_init__(self) -> None:
+        ks = tuple(self.ks)
+        if not ks or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in ks):
+            raise ConfigError(f"ks must be a non-empty list of positive integers, got {list(ks)}.")
+        if len(set(ks)) != len(ks):
+            raise ConfigError(f"ks must not repeat a cut-off, got {list(ks)}.")
+        object.__setattr__(self, "ks", tuple(sorted(ks)))
+        if not isinstance(self.budget_tokens, int) or self.budget_tokens < 0:
+            raise ConfigError(f"budget_tokens must be an integer >= 0, got {self.budget_tokens!r}.")
+        if self.depth is not None and self.depth < max(ks):
+            raise ConfigError(f"depth ({self.depth}) must be at least the largest k ({max(ks)}), "
+                              f"or null to rank every held item.")
+
+
+@dataclass
+class QueryScore:
+    """The metrics of one query for one strategy at one granularity."""
+
+    strategy: str
+    episode_id: str
+    query_id: str
+    granularity: str             # "turn" | "session" | "memory"
+    category: str                # the query's category ("uncategorised" when the source has none)
+    session_index: int           # Session.index of the session it was asked in (last + 1: after the last)
+    context_tokens: int          # tokens of context(query, budget_tokens)
+    n_evidence: int              # |R| at this granularity
+    metrics: dict[str, float] = field(default_factory=dict)  # "recall@5", "ndcg_any@10", "mrr", ...
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A query left out of the metrics, and why (one of EXCLUSION_REASONS)."""
+
+    strategy: str
+    episode_id: str
+    query_id: str
+    reason: str
+
+
+@dataclass
+class ProtocolResult:
+    """All per-query scores and exclusions of one strategy over a set of episodes."""
+
+    strategy: str
+    episodes: int
+    scores: list[QueryScore]
+    excluded: list[Exclusion]
+    _aggregate: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def exclusion_counts(self) -> dict[str, int]:
+        counts = Counter(e.reason for e in self.excluded)
+        return {reason: counts.get(reason, 0) for reason in EXCLUSION_REASONS}
+
+    def aggregate(self) -> dict[str, Any]:
+        """:func:`aggregate` of the scores (computed once; the scores are not meant to change)."""
+        if self._aggregate is None:
+            self._aggregate = aggregate(self.scores)
+        return self._aggregate
+
+
+def ranking(items: Sequence[Retrieved], granularity: str) -> list[str]:
+    """The ids of ``items`` at ``granularity``, in rank order, first occurrence kept."""
+    attr = _ID_FIELD[granularity]
+    ids = (getattr(item, attr) for item in items)
+    return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def _evidence(episode: Episode, query: Query, turn_session: dict[str, str], memory_session: dict[str, str],
+              sessions: set[str]) -> dict[str, set[str]]:
+    """Evidence ids per granularity, every id resolved (DataError naming the query and field)."""
+    record = f"episode {episode.id}, query {query.id}"
+    for fname, known in (("evidence_turns", turn_session), ("evidence_sessions", sessions),
+                         ("evidence_memories", memory_session)):
+        missing = [i for i in getattr(query, fname) if i not in known]
+        if missing:
+            raise DataError(f"evidence id(s) {missing} do not exist in the episode", record=record,
+                            field=fname, rule="evidence_resolves")
+    session_ev = set(query.evidence_sessions) or {turn_session[t] for t in query.evidence_turns}
+    return {"turn": set(query.evidence_turns), "session": session_ev, "memory": set(query.evidence_memories)}
+
+
+def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: ProtocolConfig,
+                     name: str | None = None) -> tuple[list[QueryScore], list[Exclusion]]:
+    """Run RealMem's temporal loop over one episode with ``strategy`` (reset first)."""
+    name = name or strategy.name
+    strategy.reset()
+    sessions = sorted(episode.sessions, key=lambda s: s.index)
+    position = {s.id: p for p, s in enumerate(sessions)}
+    turn_session = {t.id: s.id for s in sessions for t in s.turns}
+    memory_session = {m.id: m.session_id for s in sessions for m in s.memories}
+    asked_in: dict[str | None, list[Query]] = defaultdict(list)
+    for query in episode.queries:
+        if query.session_id is not None and query.session_id not in position:
+            raise DataError(f"query is asked in session {query.session_id!r}, which the episode does not have",
+                            record=f"episode {episode.id}, query {query.id}", field="session_id",
+                            rule="query_session_resolves")
+        asked_in[query.session_id].append(query)
+
+    scores: list[QueryScore] = []
+    excluded: list[Exclusion] = []
+    observed: set[str] = set()
+
+    def ask(query: Query, pos: int, session_index: int) -> None:
+        def skip(reason: str) -> None:
+            excluded.append(Exclusion(name, episode.id, query.id, reason))
+
+        if query.abstention:
+            return skip("abstention")
+        evidence = _evidence(episode, query, turn_session, memory_session, set(position))
+        ev_sessions = (evidence["session"] | {turn_session[t] for t in evidence["turn"]}
+                       | {memory_session[m] for m in evidence["memory"]})
+        if "evidence_not_earlier" in query.flags or any(position.get(s, pos) >= pos for s in ev_sessions):
+            return skip("evidence_not_earlier")
+        if not any(evidence.values()):
+            return skip("no_evidence")
+        depth = config.depth or max(len(strategy), max(config.ks))
+        items = strategy.retrieve(query, depth)
+        leaked = sorted({i.session_id for i in items if i.session_id is not None} - observed)
+        if leaked:
+            raise RuntimeError(f"strategy {name!r} returned items of session(s) {leaked} for query {query.id} "
+                               f"of episode {episode.id}, which it has not observed: a temporal leak.")
+        tokens = strategy.counter.count(strategy.context(query, config.budget_tokens))
+        scored = False
+        for granularity in strategy.granularities:
+            relevant = evidence.get(granularity)
+            if not relevant:
+                continue
+            scores.append(QueryScore(name, episode.id, query.id, granularity, query.category or "uncategorised",
+                                     session_index, tokens, len(relevant),
+                                     retrieval_metrics(ranking(items, granularity), relevant, config.ks)))
+            scored = True
+        if not scored:
+            skip("no_scored_granularity")
+
+    for pos, session in enumerate(sessions):
+        for query in asked_in.get(session.id, []):
+            ask(query, pos, session.index)
+        strategy.observe(episode, session)
+        observed.add(session.id)
+    after_last = (sessions[-1].index + 1) if sessions else 0
+    for query in asked_in.get(None, []):
+        ask(query, len(sessions), after_last)
+    return scores, excluded
+
+
+def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], MemoryStrategy],
+                 config: ProtocolConfig | None = None, settings: dict[str, Any] | None = None,
+                 counter: TokenCounter | None = None, name: str | None = None) -> ProtocolResult:
+    """Evaluate one strategy over ``episodes``, a fresh memory per episode.
+
+    ``strategy`` is a registered name (built with ``settings`` and ``counter``) or a factory
+    returning a fresh strategy.
+    """
+    config = config or ProtocolConfig()
+    if isinstance(strategy, str):
+        label = name or strategy
+        settings = dict(settings or {})
+        build = lambda: build_strategy(strategy, counter=counter, **settings)  # noqa: E731
+    else:
+        build = strategy
+        label = name or getattr(strategy, "name", None) or "strategy"
+    episodes = list(episodes)
+    if episodes:
+        build().prepare(episodes)  # batched pure precomputation (embeddings); memory stays empty
+    scores: list[QueryScore] = []
+    excluded: list[Exclusion] = []
+    for episode in tqdm(episodes, desc=f"benchmark {label}", unit="episode", disable=not config.show_progress):
+        s, e = evaluate_episode(episode, build(), config, name=label)
+        scores.extend(s)
+        excluded.extend(e)
+    return ProtocolResult(label, len(episodes), scores, excluded)
+
+
+def _group(scores: Sequence[QueryScore]) -> dict[str, Any]:
+    """{"queries": n, "context_tokens": mean, <granularity>: {"queries": n, <metric>: mean}}."""
+    tokens = {(s.episode_id, s.query_id): s.context_tokens for s in scores}  # one value per query
+    out: dict[str, Any] = {"queries": len(tokens),
+                           "context_tokens": fmean(tokens.values()) if tokens else 0.0}
+    by_gran: dict[str, list[QueryScore]] = defaultdict(list)
+    for s in scores:
+        by_gran[s.granularity].append(s)
+    for granularity, rows in by_gran.items():
+        names = list(rows[0].metrics)
+        out[granularity] = {"queries": len(rows), **{m: fmean(r.metrics[m] for r in rows) for m in names}}
+    return out
+
+
+def aggregate(scores: Sequence[QueryScore]) -> dict[str, Any]:
+    """Means over queries: overall, per category, per session index (each a :func:`_group`)."""
+    per_category: dict[str, list[QueryScore]] = defaultdict(list)
+    per_session: dict[int, list[QueryScore]] = defaultdict(list)
+    for s in scores:
+        per_category[s.category].append(s)
+        per_session[s.session_index].append(s)
+    return {"overall": _group(scores),
+            "per_category": {c: _group(v) for c, v in sorted(per_category.items())},
+            "per_session": {i: _group(v) for i, v in sorted(per_session.items())}}
+
+
+def flat_metrics(group: dict[str, Any]) -> dict[str, float]:
+    """``{"turn/recall@5": .., "session/mrr": .., "context_tokens": .., "queries": ..}`` of a group."""
+    out: dict[str, float] = {}
+    for key, value in group.items():
+        if isinstance(value, dict):
+            out.update({f"{key}/{m}": float(v) for m, v in value.items() if m != "queries"})
+        else:
+            out[key] = float(value)
+    return out

@@ -1,0 +1,428 @@
+"""The graph memory bank of G-Long (seed 003, section 3.3): G = (V, E).
+
+- Nodes V: unique entities (subjects and objects), keyed by their normalised text (whitespace
+  collapsed, case-folded); each node keeps its first-seen surface form (``name``) and an integer
+  ``vid``, its id in a dense vector index of entity embeddings (faiss ``IndexIDMap2`` over
+  ``IndexFlatIP`` on L2-normalised vectors, so inner product = cosine). The paper used ChromaDB;
+  see ``benchmarks/graph_retrieval.py`` for the comparison.
+- Edges E: a networkx MultiDiGraph (several relations may join the same two entities); each edge
+  is one stored triplet, keyed by an integer triplet id ``tid`` that is never reused, carrying the
+  attribute-rich container of the paper, e_ij = (r, I, t_created, t_access), plus its provenance:
+  ``relation``, ``importance`` (Eq. 3), ``created``, ``last_accessed`` (POSIX seconds),
+  ``turn_id``, ``session_id``, ``speaker``, ``episode_id`` and the serialised ``text``
+  ("subject relation object").
+- A column store indexed by tid mirrors what retrieval reads for every candidate (the triplet-text
+  embedding, importance, last-accessed time, a hash of the text for de-duplication), so scoring
+  thousands of candidates is one vectorised numpy step.
+
+Deletion (by triplet, entity, session, turn or speaker) cascades to every structure: the edge,
+its column-store row (zeroed), its cached vectors in the embedder, and every entity node left
+without an edge (graph node, vector-index entry, id map). :meth:`GraphMemoryBank.integrity_errors`
+checks that all structures agree.
+
+Saved as a folder: ``graph.json`` (networkx node-link data + metadata), ``entities.faiss``
+(``faiss.write_index``), ``triplet_vectors.npy`` and ``triplet_ids.npy``; :meth:`load` restores
+an identical bank (same attributes, same retrieval results).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import networkx as nx
+import numpy as np
+
+from pipelines.data.schema import Triplet
+from pipelines.errors import DataError
+
+FORMAT = "mnemos.glong.graph"
+FORMAT_VERSION = 1
+GRAPH_FILE, INDEX_FILE, VECTORS_FILE, IDS_FILE = ("graph.json", "entities.faiss",
+                                                   "triplet_vectors.npy", "triplet_ids.npy")
+
+
+def entity_key(name: str) -> str:
+    """The node key of an entity: whitespace collapsed, case-folded ("A  Brewery" -> "a brewery")."""
+    return " ".join(name.split()).casefold()
+
+
+def text_key(text: str) -> int:
+    """A stable 64-bit hash of a serialised triplet (identical texts are one fact when ranking)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little",
+                          signed=True)
+
+
+@dataclass(frozen=True)
+class NewFact:
+    """A triplet to store, with its importance, time and provenance."""
+
+    triplet: Triplet
+    importance: float = 1.0          # Eq. (3) score in [0, 1] (1.0 under uniform importance)
+    time: float = 0.0                # creation time, POSIX seconds (the session's time)
+    turn_id: str | None = None       # the turn the triplet was extracted from
+    session_id: str | None = None    # that turn's session
+    speaker: str | None = None       # who said it
+    episode_id: str | None = None    # the episode (a bank may hold several)
+
+
+@dataclass(frozen=True)
+class StoredFact:
+    """A stored edge: the triplet, its attributes and its provenance."""
+
+    tid: int
+    subject: str
+    relation: str
+    object: str
+    text: str
+    importance: float
+    created: float
+    last_accessed: float
+    turn_id: str | None
+    session_id: str | None
+    speaker: str | None
+    episode_id: str | None
+
+    @property
+    def triplet(self) -> Triplet:
+        return Triplet(subject=self.subject, relation=self.relation, object=self.object)
+
+
+class GraphMemoryBank:
+    """Entities in a vector index, triplets as attribute-rich edges of a MultiDiGraph."""
+
+    def __init__(self, embedder):
+        self.embedder = embedder             # has embed(texts) -> (N, D) normalised, forget(texts)
+        self.graph = nx.MultiDiGraph()
+        self._index = None                   # faiss IndexIDMap2(IndexFlatIP(D)), built on first add
+        self._vid_node: dict[int, str] = {}  # vector-index id -> node key
+        self._ends: dict[int, tuple[str, str]] = {}  # tid -> (subject key, object key)
+        self._next_tid = 0
+        self._next_vid = 0
+        self.dim: int | None = None
+        self._alloc(0, 0)
+
+    # --- column store ------------------------------------------------------------------------
+    def _alloc(self, capacity: int, dim: int) -> None:
+        self._vec = np.zeros((capacity, dim), dtype=np.float32)   # (cap, D) triplet-text vectors
+        self._imp = np.zeros(capacity, dtype=np.float64)          # (cap,) importance
+        self._acc = np.zeros(capacity, dtype=np.float64)          # (cap,) last accessed, seconds
+        self._tkey = np.zeros(capacity, dtype=np.int64)           # (cap,) text hash
+        self._alive = np.zeros(capacity, dtype=bool)              # (cap,) row holds a live triplet
+
+    def _grow(self, needed: int) -> None:
+        cap = self._alive.shape[0]
+        if needed <= cap:
+            return
+        new_cap = max(needed, 2 * cap, 64)
+        old = (self._vec, self._imp, self._acc, self._tkey, self._alive)
+        self._alloc(new_cap, self.dim)
+        for new, prev in zip((self._vec, self._imp, self._acc, self._tkey, self._alive), old):
+            new[:cap] = prev
+
+    def _ensure_index(self, dim: int) -> None:
+        import faiss
+
+        if self._index is None:
+            self.dim = dim
+            self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+            self._alloc(0, dim)
+        elif dim != self.dim:
+            raise ValueError(f"the embedder returned {dim}-dimensional vectors, the bank holds "
+                             f"{self.dim}-dimensional ones")
+
+    # --- adding ------------------------------------------------------------------------------
+    def add(self, facts: Sequence[NewFact]) -> list[int]:
+        """Store ``facts`` as new edges (new entities are embedded and indexed); return tids."""
+        facts = list(facts)
+        for i, fact in enumerate(facts):
+            ok = isinstance(fact.importance, (int, float)) and math.isfinite(fact.importance)
+            if not ok or not 0.0 <= fact.importance <= 1.0:
+                raise DataError(f"importance must lie in [0, 1], got {fact.importance!r}",
+                                record=fact.turn_id or f"fact {i}", field="importance")
+            if not math.isfinite(fact.time):
+                raise DataError(f"time must be finite, got {fact.time!r}",
+                                record=fact.turn_id or f"fact {i}", field="time")
+        if not facts:
+            return []
+        texts = [f.triplet.serialise() for f in facts]
+        new_nodes: dict[str, str] = {}                        # key -> surface form, first seen
+        for f in facts:
+            for name in (f.triplet.subject, f.triplet.object):
+                key = entity_key(name)
+                if key not in self.graph and key not in new_nodes:
+                    new_nodes[key] = " ".join(name.split())
+        unique_texts = list(dict.fromkeys(texts))
+        text_vecs = np.asarray(self.embedder.embed(unique_texts), dtype=np.float32)  # (U, D)
+        self._ensure_index(text_vecs.shape[1])
+        row_of = {t: r for r, t in enumerate(unique_texts)}
+        if new_nodes:
+            node_vecs = np.asarray(self.embedder.embed(list(new_nodes.values())),
+                                   dtype=np.float32)                                # (M, D)
+            vids = np.arange(self._next_vid, self._next_vid + len(new_nodes), dtype=np.int64)
+            self._index.add_with_ids(node_vecs, vids)
+            for vid, (key, name) in zip(vids.tolist(), new_nodes.items()):
+                self.graph.add_node(key, name=name, vid=vid)
+                self._vid_node[vid] = key
+            self._next_vid += len(new_nodes)
+        tids = list(range(self._next_tid, self._next_tid + len(facts)))
+        self._grow(tids[-1] + 1)
+        for tid, f, text in zip(tids, facts, texts):
+            u, v = entity_key(f.triplet.subject), entity_key(f.triplet.object)
+            self.graph.add_edge(u, v, key=tid, subject=f.triplet.subject,
+                                relation=f.triplet.relation, object=f.triplet.object, text=text,
+                                importance=float(f.importance), created=float(f.time),
+                                last_accessed=float(f.time), turn_id=f.turn_id,
+                                session_id=f.session_id, speaker=f.speaker,
+                                episode_id=f.episode_id)
+            self._ends[tid] = (u, v)
+            self._vec[tid] = text_vecs[row_of[text]]
+            self._imp[tid], self._acc[tid] = float(f.importance), float(f.time)
+            self._tkey[tid], self._alive[tid] = text_key(text), True
+        self._next_tid += len(facts)
+        return tids
+
+    # --- reading -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    @property
+    def n_entities(self) -> int:
+        return self.graph.number_of_nodes()
+
+    def __contains__(self, tid: int) -> bool:
+        return tid in self._ends
+
+    def fact(self, tid: int) -> StoredFact:
+        u, v = self._ends[tid]
+        a = self.graph.edges[u, v, tid]
+        return StoredFact(tid=tid, subject=a["subject"], relation=a["relation"], object=a["object"],
+                          text=a["text"], importance=a["importance"], created=a["created"],
+                          last_accessed=a["last_accessed"], turn_id=a["turn_id"],
+                          session_id=a["session_id"], speaker=a["speaker"],
+                          episode_id=a["episode_id"])
+
+    def facts(self) -> list[StoredFact]:
+        """Every stored fact, in tid (insertion) order."""
+        return [self.fact(tid) for tid in sorted(self._ends)]
+
+    def entity_names(self) -> list[str]:
+        return [self.graph.nodes[n]["name"] for n in self.graph.nodes]
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return np.asarray(self.embedder.embed([text]), dtype=np.float32)[0]      # (D,)
+
+    def nearest_entities(self, query_vec: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Top-k entity nodes by cosine to ``query_vec`` (D,): [(node key, cosine)], best first."""
+        if self._index is None or self._index.ntotal == 0:
+            return []
+        k = min(k, self._index.ntotal)
+        scores, ids = self._index.search(query_vec.reshape(1, -1).astype(np.float32), k)  # (1, k)
+        return [(self._vid_node[int(i)], float(s)) for s, i in zip(scores[0], ids[0]) if i >= 0]
+
+    def edges_within(self, nodes: Iterable[str], hops: int) -> np.ndarray:
+        """Tids of the triplets within ``hops`` hops of ``nodes`` (ascending, int64).
+
+        1 hop = every edge touching a node (either direction); h hops = every edge touching a node
+        reachable from ``nodes`` in at most h - 1 undirected steps.
+        """
+        g = self.graph
+        reached = set(nodes)
+        frontier = set(reached)
+        for _ in range(hops - 1):
+            step = set()
+            for n in frontier:
+                step.update(g.succ[n])
+                step.update(g.pred[n])
+            frontier = step - reached
+            reached |= frontier
+        tids: list[int] = []
+        for n in reached:
+            for keys in g.succ[n].values():
+                tids.extend(keys)
+            for keys in g.pred[n].values():
+                tids.extend(keys)
+        return np.unique(np.asarray(tids, dtype=np.int64))
+
+    def columns(self, tids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(vectors (C, D), importance (C,), last_accessed (C,), text hashes (C,)) of ``tids``."""
+        return self._vec[tids], self._imp[tids], self._acc[tids], self._tkey[tids]
+
+    def touch(self, tids: Iterable[int], now: float) -> None:
+        """Set the last-accessed time of ``tids`` to ``now`` (never moves a time backwards)."""
+        for tid in tids:
+            u, v = self._ends[tid]
+            attrs = self.graph.edges[u, v, tid]
+            attrs["last_accessed"] = max(attrs["last_accessed"], float(now))
+            self._acc[tid] = attrs["last_accessed"]
+
+    # --- deletion ----------------------------------------------------------------------------
+    def remove_triplets(self, tids: Iterable[int]) -> list[int]:
+        """Remove the given triplets from every structure; drop entities left without edges."""
+        removed, touched, texts = [], set(), []
+        for tid in sorted(set(tids)):
+            if tid not in self._ends:
+                continue
+            u, v = self._ends.pop(tid)
+            texts.append(self.graph.edges[u, v, tid]["text"])
+            self.graph.remove_edge(u, v, key=tid)
+            self._vec[tid] = 0.0
+            self._imp[tid] = self._acc[tid] = 0.0
+            self._tkey[tid], self._alive[tid] = 0, False
+            touched.update((u, v))
+            removed.append(tid)
+        orphans = [n for n in touched if self.graph.degree(n) == 0]
+        self._drop_nodes(orphans)
+        self._forget_texts(texts)
+        return removed
+
+    def _drop_nodes(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        names = [self.graph.nodes[k]["name"] for k in keys]
+        vids = np.asarray([self.graph.nodes[k]["vid"] for k in keys], dtype=np.int64)
+        self._index.remove_ids(vids)
+        for key, vid in zip(keys, vids.tolist()):
+            del self._vid_node[vid]
+            self.graph.remove_node(key)
+        self._forget_texts(names)
+
+    def _forget_texts(self, texts: Sequence[str]) -> None:
+        forget = getattr(self.embedder, "forget", None)
+        if forget is not None and texts:
+            forget(list(texts))
+
+    def remove_entity(self, name: str) -> list[int]:
+        """Remove an entity and every triplet that has it as subject or object."""
+        key = entity_key(name)
+        if key not in self.graph:
+            return []
+        tids = self.edges_within([key], hops=1).tolist()
+        removed = self.remove_triplets(tids)
+        if key in self.graph:  # no edges at all (cannot happen after add, but stay total)
+            self._drop_nodes([key])
+        return removed
+
+    def remove_where(self, predicate: Callable[[StoredFact], bool]) -> list[int]:
+        """Remove every triplet whose stored fact satisfies ``predicate``."""
+        return self.remove_triplets([tid for tid in list(self._ends)
+                                     if predicate(self.fact(tid))])
+
+    def remove_session(self, session_id: str) -> list[int]:
+        return self.remove_where(lambda f: f.session_id == session_id)
+
+    def remove_turns(self, turn_ids: Iterable[str]) -> list[int]:
+        turn_ids = set(turn_ids)
+        return self.remove_where(lambda f: f.turn_id in turn_ids)
+
+    def remove_speaker(self, name: str) -> list[int]:
+        """Everything said by ``name`` and everything about ``name`` (its entity node)."""
+        said = self.remove_where(lambda f: f.speaker is not None
+                                 and entity_key(f.speaker) == entity_key(name))
+        return sorted(said + self.remove_entity(name))
+
+    def clear(self) -> None:
+        self._forget_texts([f.text for f in self.facts()] + self.entity_names())
+        self.__init__(self.embedder)
+
+    # --- integrity ---------------------------------------------------------------------------
+    def integrity_errors(self) -> list[str]:
+        """Every disagreement between the graph, the vector index and the column store."""
+        errors = []
+        edge_keys = {k for _, _, k in self.graph.edges(keys=True)}
+        if edge_keys != set(self._ends):
+            errors.append(f"graph edges {sorted(edge_keys ^ set(self._ends))} disagree with the "
+                          "tid map")
+        alive = set(np.flatnonzero(self._alive).tolist())
+        if alive != set(self._ends):
+            errors.append(f"column-store rows {sorted(alive ^ set(self._ends))} disagree")
+        dead = ~self._alive
+        if self._vec[dead].any() or self._imp[dead].any() or self._acc[dead].any() \
+                or self._tkey[dead].any():
+            errors.append("a removed triplet left values in the column store")
+        isolated = [n for n in self.graph.nodes if self.graph.degree(n) == 0]
+        if isolated:
+            errors.append(f"entities without triplets: {isolated}")
+        node_vids = {self.graph.nodes[n]["vid"]: n for n in self.graph.nodes}
+        if node_vids != self._vid_node:
+            errors.append("node vids disagree with the vector-index id map")
+        if self._index is not None:
+            import faiss
+
+            index_ids = set(faiss.vector_to_array(self._index.id_map).tolist())
+            if index_ids != set(self._vid_node):
+                errors.append(f"vector index ids {sorted(index_ids ^ set(self._vid_node))} "
+                              "disagree with the entity nodes")
+        return errors
+
+    # --- persistence -------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write the bank to ``folder`` (created): graph JSON, faiss index, vectors."""
+        import faiss
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tids = np.asarray(sorted(self._ends), dtype=np.int64)
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "dim": self.dim,
+                "embedder": getattr(self.embedder, "model_name", type(self.embedder).__name__),
+                "next_tid": self._next_tid, "next_vid": self._next_vid,
+                "graph": nx.node_link_data(self.graph, edges="edges")}
+        (folder / GRAPH_FILE).write_text(json.dumps(meta), encoding="utf-8")
+        if self._index is not None:
+            faiss.write_index(self._index, str(folder / INDEX_FILE))
+        np.save(folder / VECTORS_FILE, self._vec[tids] if self.dim else np.zeros((0, 0), np.float32))
+        np.save(folder / IDS_FILE, tids)
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, embedder) -> "GraphMemoryBank":
+        """Restore a bank written by :meth:`save`; ``embedder`` must be the one it was built with."""
+        import faiss
+
+        folder = Path(folder)
+        path = folder / GRAPH_FILE
+        if not path.exists():
+            raise DataError("file does not exist", file=str(path))
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"invalid JSON ({exc.msg})", file=str(path)) from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise DataError(f"not a saved graph memory bank (expected format {FORMAT!r})",
+                            file=str(path), field="format")
+        if meta.get("version") != FORMAT_VERSION:
+            raise DataError(f"version {meta.get('version')!r}, this code reads {FORMAT_VERSION}",
+                            file=str(path), field="version")
+        name = getattr(embedder, "model_name", type(embedder).__name__)
+        if meta["embedder"] != name:
+            raise DataError(f"the bank was embedded with {meta['embedder']!r}, not {name!r}",
+                            file=str(path), field="embedder")
+        bank = cls(embedder)
+        bank.graph = nx.node_link_graph(meta["graph"], directed=True, multigraph=True,
+                                        edges="edges")
+        bank._next_tid, bank._next_vid = meta["next_tid"], meta["next_vid"]
+        if meta["dim"] is None:
+            return bank
+        bank.dim = meta["dim"]
+        bank._index = faiss.read_index(str(folder / INDEX_FILE))
+        tids = np.load(folder / IDS_FILE)
+        vectors = np.load(folder / VECTORS_FILE)
+        if vectors.shape != (len(tids), bank.dim):
+            raise DataError(f"{vectors.shape} vectors for {len(tids)} triplets of dimension "
+                            f"{bank.dim}", file=str(folder / VECTORS_FILE))
+        bank._alloc(bank._next_tid, bank.dim)
+        bank._vec[tids] = vectors
+        bank._vid_node = {a["vid"]: n for n, a in bank.graph.nodes(data=True)}
+        for u, v, tid, a in bank.graph.edges(keys=True, data=True):
+            bank._ends[tid] = (u, v)
+            bank._imp[tid], bank._acc[tid] = a["importance"], a["last_accessed"]
+            bank._tkey[tid], bank._alive[tid] = text_key(a["text"]), True
+        errors = bank.integrity_errors()
+        if errors:
+            raise DataError("; ".join(errors), file=str(folder), rule="bank_consistent")
+        return bank

@@ -1,0 +1,184 @@
+"""``graph``: G-Long's graph memory (seed 003) behind the project's memory interface.
+
+- ``observe(episode, session)``: the session's triplets (the ground-truth ``Turn.triplets`` or
+  an injected extractor's output, ``extraction``) are scored once per session (``importance``:
+  uniform 1.0, or the T5 cross-attention scores of Eqs. 1-3, normalised by the session maximum)
+  and stored as edges of the graph memory bank with their source turn, session, speaker and the
+  session's time.
+- ``retrieve(query, k)``: section 3.4 (anchors, 1-hop candidates, coarse top-N, Eq. 4, top-k) at
+  the query's time; each item carries the source turn and session of its triplet, and
+  ``memory_id = "triplet:<tid>"``.
+- ``context(query, budget)``: the kept triplets as one "MEMORY:" block of "subject relation
+  object" lines (section 3.5), cut to the token budget.
+- ``forget(selector)``: turns, sessions, speakers (what they said and their entity), and
+  ``"triplet:<tid>"`` memory ids; :meth:`GraphMemory.forget_entities` removes entities. Every
+  deletion cascades through the graph, the entity index, the column store and the embedding cache.
+
+Times are POSIX seconds of the session timestamps (naive datetimes read as UTC); a session without
+a timestamp is placed at ``index * missing_time_hours``. A query is asked at its own timestamp,
+or else at the time of the latest observed session.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from pipelines.data.schema import Episode, Query, Session, Triplet
+from pipelines.errors import ConfigError, DataError
+from pipelines.glong.graph import GraphMemoryBank, NewFact
+from pipelines.glong.importance import ImportanceScorer, uniform_importance
+from pipelines.glong.retrieve import memory_block, retrieve
+from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, check_k, register_strategy
+from pipelines.memory.graph.config import GraphConfig
+
+# A triplet extractor maps (speaker, utterance) pairs to one list of triplets per pair.
+Extractor = Callable[[Sequence[tuple[str, str]]], list[list[Triplet]]]
+TRIPLET_PREFIX = "triplet:"
+
+
+def to_seconds(when: datetime) -> float:
+    """POSIX seconds of ``when`` (a naive datetime is read as UTC)."""
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _from_seconds(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
+
+
+@register_strategy("graph")
+class GraphMemory(MemoryStrategy):
+    """G-Long: triplets in a graph memory bank, associative retrieval with hybrid re-ranking."""
+
+    config_class = GraphConfig
+    granularities = ("turn", "session")
+
+    def __init__(self, config: GraphConfig | None = None, counter=None, *, embedder=None,
+                 extractor: Extractor | None = None, scorer: ImportanceScorer | None = None):
+        super().__init__(config, counter)
+        c: GraphConfig = self.config
+        if c.extraction == "model" and extractor is None:
+            raise ConfigError("graph.extraction is 'model' but no triplet extractor was given; "
+                              "pass extractor=..., or use extraction 'ground_truth'.")
+        self.extractor = extractor
+        if c.importance == "uniform":
+            self.scorer: ImportanceScorer = uniform_importance
+        elif scorer is not None:
+            self.scorer = scorer
+        elif c.importance_model:
+            from pipelines.glong.importance import load_importance_scorer
+
+            self.scorer = load_importance_scorer(c.importance_model, device=c.device)
+        else:
+            raise ConfigError("graph.importance is 'model' but neither a scorer nor "
+                              "graph.importance_model (the trained summariser folder) was given.")
+        self.bank = GraphMemoryBank(embedder if embedder is not None else self._embedder())
+        self._sessions: set[str] = set()
+        self._clock = 0.0  # time of the latest observed session, POSIX seconds
+
+    def _embedder(self):
+        c: GraphConfig = self.config
+        if c.embedder == "hashing":
+            from pipelines.glong.embedding import HashingEmbedder
+
+            return HashingEmbedder(c.hashing_dim)
+        from pipelines.glong.embedding import minilm_embedder
+
+        return minilm_embedder(c.model_path, c.cache_dir, c.device)
+
+    # --- time --------------------------------------------------------------------------------
+    def session_time(self, session: Session) -> float:
+        if session.timestamp is not None:
+            return to_seconds(session.timestamp)
+        return session.index * self.config.missing_time_hours * 3600.0
+
+    def query_time(self, query: Query) -> float:
+        return to_seconds(query.timestamp) if query.timestamp is not None else self._clock
+
+    # --- the interface -----------------------------------------------------------------------
+    def _session_triplets(self, session: Session) -> list[list[Triplet]]:
+        if self.config.extraction == "ground_truth":
+            return [list(turn.triplets) for turn in session.turns]
+        pairs = [(turn.speaker, turn.text) for turn in session.turns]
+        out = self.extractor(pairs)
+        if len(out) != len(pairs):
+            raise DataError(f"the extractor returned {len(out)} triplet lists for {len(pairs)} "
+                            "turns", record=f"session {session.id}", rule="one_list_per_turn")
+        return [list(t) for t in out]
+
+    def observe(self, episode: Episode, session: Session) -> None:
+        if session.id in self._sessions:
+            raise DataError("session observed twice; each finished session enters memory once",
+                            record=f"episode {episode.id}, session {session.id}",
+                            rule="observe_once")
+        self._sessions.add(session.id)
+        when = self.session_time(session)
+        per_turn = self._session_triplets(session)
+        flat = [(turn, t) for turn, triplets in zip(session.turns, per_turn) for t in triplets]
+        scores = self.scorer([t for _, t in flat]) if flat else []
+        if len(scores) != len(flat):
+            raise DataError(f"the importance scorer returned {len(scores)} scores for "
+                            f"{len(flat)} triplets", record=f"session {session.id}",
+                            rule="one_score_per_triplet")
+        self.bank.add([NewFact(triplet=t, importance=float(s), time=when, turn_id=turn.id,
+                               session_id=session.id, speaker=turn.speaker, episode_id=episode.id)
+                       for (turn, t), s in zip(flat, scores)])
+        self._clock = max(self._clock, when)
+
+    def retrieve(self, query: Query, k: int) -> list[Retrieved]:
+        check_k(k)
+        kept = retrieve(self.bank, query.question, self.query_time(query),
+                        self.config.retrieval(k))
+        return [Retrieved(score=s.score, text=s.fact.text, session_id=s.fact.session_id,
+                          turn_id=s.fact.turn_id, memory_id=f"{TRIPLET_PREFIX}{s.fact.tid}",
+                          speaker=s.fact.speaker, timestamp=_from_seconds(s.fact.created),
+                          order=s.fact.tid)
+                for s in kept]
+
+    def context(self, query: Query, budget_tokens: int) -> str:
+        """One MEMORY block of the top ``context_k`` triplets, as many as fit ``budget_tokens``."""
+        if budget_tokens < 0:
+            raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}.")
+        lines: list[str] = []
+        for item in self.retrieve(query, self.config.context_k) if len(self) else []:
+            block = memory_block(lines + [item.text], self.config.context_header)
+            if self.counter.count(block) > budget_tokens:
+                break
+            lines.append(item.text)
+        return memory_block(lines, self.config.context_header)
+
+    def forget(self, selector: Selector) -> int:
+        bank = self.bank
+        removed = set(bank.remove_turns(selector.turn_ids)) if selector.turn_ids else set()
+        for sid in selector.session_ids:
+            removed.update(bank.remove_session(sid))
+        for speaker in selector.speakers:
+            removed.update(bank.remove_speaker(speaker))
+        tids = [int(m[len(TRIPLET_PREFIX):]) for m in selector.memory_ids
+                if m.startswith(TRIPLET_PREFIX) and m[len(TRIPLET_PREFIX):].isdigit()]
+        removed.update(bank.remove_triplets(tids))
+        self._sessions -= set(selector.session_ids)
+        return len(removed)
+
+    def forget_entities(self, names: Iterable[str]) -> int:
+        """Remove entities and every triplet that names them; returns the triplets removed."""
+        return sum(len(self.bank.remove_entity(n)) for n in names)
+
+    def reset(self) -> None:
+        self.bank.clear()
+        self._sessions = set()
+        self._clock = 0.0
+
+    def __len__(self) -> int:
+        return len(self.bank)
+
+    # --- persistence -------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> Path:
+        return self.bank.save(folder)
+
+    def load(self, folder: str | Path) -> None:
+        """Replace the memory with a bank saved by :meth:`save` (same embedder)."""
+        self.bank = GraphMemoryBank.load(folder, self.bank.embedder)
+        self._sessions = {f.session_id for f in self.bank.facts() if f.session_id}
+        self._clock = max((f.created for f in self.bank.facts()), default=0.0)

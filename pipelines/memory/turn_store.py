@@ -1,0 +1,112 @@
+"""Turn-granularity memory: the store shared by strategies that index every observed turn.
+
+A subclass says how to score the held turns against a query (``_scores``) and may keep an index
+in step with the store through ``_on_add`` / ``_on_remove`` / ``_on_reset``. Ranking is by score,
+highest first; ties go to the more recent turn (a deterministic order that favours the newest
+value of a fact when nothing else separates two turns).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from pipelines.data.schema import Episode, Query, Session
+from pipelines.errors import DataError
+from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, check_k
+
+
+@dataclass(frozen=True)
+class TurnItem:
+    """One observed turn with the ids and time it came from."""
+
+    turn_id: str
+    session_id: str
+    session_index: int
+    speaker: str
+    text: str
+    timestamp: datetime | None
+    order: int  # 0, 1, 2, ... in observation order (chronological under the temporal protocol)
+
+    def indexed_text(self, include_speaker: bool) -> str:
+        """What an index reads: ``"Wren: I collect old maps."`` or the bare text."""
+        return f"{self.speaker}: {self.text}" if include_speaker else self.text
+
+    def retrieved(self, score: float) -> Retrieved:
+        return Retrieved(score=float(score), text=self.text, session_id=self.session_id,
+                         turn_id=self.turn_id, speaker=self.speaker, timestamp=self.timestamp,
+                         order=self.order)
+
+
+class TurnStrategy(MemoryStrategy):
+    """Base of the turn-level strategies: holds the turns, handles observe / forget / reset."""
+
+    granularities = ("turn", "session")
+
+    def __init__(self, config=None, counter=None):
+        super().__init__(config, counter)
+        self._items: list[TurnItem] = []
+        self._sessions: set[str] = set()
+        self._next_order = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def items(self) -> tuple[TurnItem, ...]:
+        return tuple(self._items)
+
+    def observe(self, episode: Episode, session: Session) -> None:
+        if session.id in self._sessions:
+            raise DataError("session observed twice; each finished session enters memory once",
+                            record=f"episode {episode.id}, session {session.id}", rule="observe_once")
+        self._sessions.add(session.id)
+        new = []
+        for turn in session.turns:
+            new.append(TurnItem(turn.id, session.id, session.index, turn.speaker, turn.text,
+                                session.timestamp, self._next_order))
+            self._next_order += 1
+        self._items.extend(new)
+        self._on_add(new)
+
+    def forget(self, selector: Selector) -> int:
+        keep = [not selector.matches(turn_id=i.turn_id, session_id=i.session_id, speakers=(i.speaker,))
+                for i in self._items]
+        removed = [i for i, k in zip(self._items, keep) if not k]
+        if removed:
+            self._items = [i for i, k in zip(self._items, keep) if k]
+            self._on_remove(removed, np.asarray(keep, dtype=bool))
+        self._sessions -= set(selector.session_ids)
+        return len(removed)
+
+    def reset(self) -> None:
+        self._items = []
+        self._sessions = set()
+        self._next_order = 0
+        self._on_reset()
+
+    def retrieve(self, query: Query, k: int) -> list[Retrieved]:
+        check_k(k)
+        if not self._items:
+            return []
+        scores = np.asarray(self._scores(query), dtype=np.float64)  # (N,)
+        order = np.asarray([i.order for i in self._items])          # (N,)
+        ranking = np.lexsort((-order, -scores))[:k]                 # score desc, then newer first
+        return [self._items[j].retrieved(scores[j]) for j in ranking]
+
+    # --- hooks ------------------------------------------------------------------
+    @abstractmethod
+    def _scores(self, query: Query) -> np.ndarray:
+        """One score per held turn (N,), in store order; higher is better."""
+
+    def _on_add(self, new: list[TurnItem]) -> None:
+        """New turns were appended to the store."""
+
+    def _on_remove(self, removed: list[TurnItem], keep: np.ndarray) -> None:
+        """``removed`` left the store; ``keep`` (N_before,) is the mask of the rows that stayed."""
+
+    def _on_reset(self) -> None:
+        """The store was emptied."""

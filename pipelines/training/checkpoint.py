@@ -1,0 +1,143 @@
+"""Checkpoints that survive a SIGKILL: atomic ``step-<n>/`` folders and the newest-complete lookup.
+
+Layout of ``<output_dir>/checkpoints/``::
+
+    step-40/                  a complete checkpoint (the only kind ever named step-<n>)
+        model.safetensors     weights (accelerate.save_state, safe_serialization=True)
+        optimizer.bin         AdamW moments; random_states_<rank>.pkl: RNG of every rank
+        pytorch_model/        DeepSpeed only: its own (sharded) model + optimizer state
+        trainer_state.json    step, epoch, batches consumed, loss history, early-stopping state
+    .tmp-step-50/             a save in progress: never picked up, removed at the next start
+
+A checkpoint is written into ``.tmp-step-<n>`` by every rank (accelerate needs all ranks
+for DeepSpeed and per-rank RNG files), then rank 0 writes ``trainer_state.json`` last,
+flushes it to disk and renames the folder: the rename is atomic, so a process killed at
+any moment leaves either the complete ``step-<n>`` or an ignored temporary folder. The
+output folder must be on a file system all ranks share (see deploy/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+STATE_FILE = "trainer_state.json"
+
+
+class _TiedWeightsNotice(logging.Filter):
+    """Hide accelerate's "Removed shared tensor" warning: tied weights (GPT-2's lm_head = wte) are
+    stored once by safetensors and re-tied by the model on load, which the resume test checks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Removed shared tensor" not in record.getMessage()
+
+
+logging.getLogger("accelerate.utils.other").addFilter(_TiedWeightsNotice())
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@dataclass
+class TrainerState:
+    """The part of a run's state accelerate does not save: where the loop is and what it saw."""
+
+    step: int = 0                          # optimizer steps completed
+    epoch: int = 0                         # current epoch (0-based)
+    batches_in_epoch: int = 0              # micro-batches this rank consumed in the current epoch
+    total_steps: int = 0                   # planned optimizer steps when the run started
+    world_size: int = 1                    # processes; the data order depends on it
+    tokens_seen: int = 0                   # target tokens over all ranks, all sessions
+    train_losses: list[list[float]] = field(default_factory=list)   # [step, loss]
+    valid_losses: list[list[float]] = field(default_factory=list)   # [step, loss]
+    best_valid_loss: float | None = None
+    best_step: int | None = None
+    bad_evals: int = 0                     # validation passes since the last improvement
+    stopped_early: bool = False
+    finished: bool = False                 # the loop ended (max steps, epochs or early stopping)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainerState":
+        return cls(**json.loads(text))
+
+
+def checkpoint_root(output_dir: str | Path) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def step_of(path: Path) -> int | None:
+    match = _STEP_DIR.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+def complete_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest first (a folder without its state file is not one)."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and step_of(p) is not None and (p / STATE_FILE).is_file()]
+    return sorted(found, key=step_of)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+def read_state(path: Path) -> TrainerState:
+    return TrainerState.from_json((path / STATE_FILE).read_text())
+
+
+def remove_partial(root: Path) -> None:
+    """Delete leftovers of saves that were interrupted (rank 0, before training starts)."""
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith(".tmp-"):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _fsync_write(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def save_checkpoint(accelerator, model, root: Path, state: TrainerState, *, deepspeed: bool) -> Path:
+    """Save the full training state as ``root/step-<state.step>`` atomically; every rank must call it."""
+    final = root / f"step-{state.step}"
+    tmp = root / f".tmp-step-{state.step}"
+    if accelerator.is_main_process:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp), safe_serialization=True)
+    if deepspeed:  # DeepSpeed's own files are pickles; keep a plain safetensors copy of the weights too
+        accelerator.save_model(model, str(tmp), safe_serialization=True)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        _fsync_write(tmp / STATE_FILE, state.to_json())
+        if final.exists():  # re-saving the same step (e.g. the end of a resumed, finished run)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        dir_fd = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def prune_checkpoints(root: Path, keep: int, protect: int | None = None) -> list[Path]:
+    """Delete all but the newest ``keep`` complete checkpoints, never the one of step ``protect``."""
+    found = complete_checkpoints(root)
+    doomed = [p for p in found[:-keep] if step_of(p) != protect] if keep > 0 else []
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed

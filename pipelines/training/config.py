@@ -1,0 +1,186 @@
+"""The typed contract of the training engine: its config, what a stage provides, what it returns.
+
+``TrainConfig`` is the one resolved config of a training run (logged as params by the
+stage's MLflow run); ``TrainTask`` is what a training stage implements (model, data,
+loss, final artefacts); ``TrainSummary`` is what :func:`pipelines.training.engine.train`
+returns. Defaults follow MDR (seed 001, "Implementation Details"): peak learning rate
+1e-4 with linear warm-up, seed 2022.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from pipelines.errors import ConfigError
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+SCHEDULES = ("linear", "constant")
+
+
+@dataclass
+class TrainConfig:
+    """Everything the engine needs to know about one training run."""
+
+    output_dir: str                       # run folder: checkpoints/step-<n>/ (resumable state), final/ (the model)
+    lr: float = 1e-4                      # peak learning rate (MDR: 1e-4), reached at the end of warm-up
+    warmup_steps: int = 0                 # optimizer steps of linear warm-up from 0 to ``lr``
+    max_steps: int | None = None          # stop after this many optimizer steps (overrides ``epochs``); None: run ``epochs``
+    epochs: int = 1                       # passes over the training set (MDR: at most 5 per phase)
+    batch_size: int = 8                   # examples per micro-batch per process
+    grad_accum: int = 1                   # micro-batches per optimizer step (effective batch = batch_size*grad_accum*processes)
+    weight_decay: float = 0.0             # AdamW decoupled weight decay, on matrices only (not biases, norms)
+    max_grad_norm: float = 1.0            # clip the global gradient norm to this before each step; 0 disables clipping
+    eval_every: int = 50                  # optimizer steps between validation passes (and one at the end)
+    save_every: int = 50                  # optimizer steps between checkpoints (and one at the end)
+    early_stopping_patience: int | None = 3  # stop after this many validation passes without improvement; None: never
+    seed: int = 2022                      # seeds init, data order and per-step dropout RNG (MDR: 2022)
+    precision: str = "auto"               # auto: bf16 on CUDA, fp32 on CPU; or fp32 | bf16 | fp16 (fp16: CUDA only)
+    deepspeed: str | None = None          # path to deploy/deepspeed/*.json, used through accelerate's DeepSpeedPlugin
+    log_every: int = 1                    # optimizer steps between logged train metrics (loss averaged over the window)
+    schedule: str = "linear"              # after warm-up: "linear" decay to 0 at the last step, or "constant"
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # AdamW (beta1, beta2)
+    adam_eps: float = 1e-8                # AdamW epsilon
+    min_delta: float = 0.0                # a validation loss improves when it is below best - min_delta
+    restore_best: bool = True             # final model = weights of the best validation pass (when validation exists)
+    keep_checkpoints: int = 2             # newest checkpoints kept on disk (the best one is kept in addition)
+    compile: bool = False                 # torch.compile the model (inductor); worth it on GPU only
+    num_workers: int = 0                  # DataLoader worker processes per rank
+    find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient in a step
+    model_name: str | None = None         # name in the MLflow model registry; None: the output folder's name
+
+    def __post_init__(self) -> None:
+        if not str(self.output_dir):
+            raise ConfigError("TrainConfig.output_dir is empty: give the folder the run writes checkpoints and the model to.")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"TrainConfig.lr is {self.lr}: the learning rate must be a positive number.")
+        for name in ("batch_size", "grad_accum", "epochs", "eval_every", "save_every", "log_every", "keep_checkpoints"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"TrainConfig.{name} is {getattr(self, name)}: it must be at least 1.")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"TrainConfig.warmup_steps is {self.warmup_steps}: it cannot be negative.")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"TrainConfig.max_steps is {self.max_steps}: set at least 1 step, or None to run `epochs`.")
+        if self.max_steps is not None and self.warmup_steps > self.max_steps:
+            raise ConfigError(f"TrainConfig.warmup_steps ({self.warmup_steps}) exceeds max_steps ({self.max_steps}): "
+                              "the learning rate would never reach its peak.")
+        if self.weight_decay < 0 or self.max_grad_norm < 0 or self.min_delta < 0 or self.num_workers < 0:
+            raise ConfigError("TrainConfig.weight_decay, max_grad_norm, min_delta and num_workers cannot be negative.")
+        if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
+            raise ConfigError(f"TrainConfig.early_stopping_patience is {self.early_stopping_patience}: "
+                              "use at least 1, or None to disable early stopping.")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"TrainConfig.precision is {self.precision!r}: choose one of {', '.join(PRECISIONS)}.")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"TrainConfig.schedule is {self.schedule!r}: choose one of {', '.join(SCHEDULES)}.")
+        b1, b2 = self.adam_betas
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ConfigError(f"TrainConfig.adam_betas is {self.adam_betas}: both betas must lie in [0, 1).")
+        self.adam_betas = (float(b1), float(b2))
+        if self.deepspeed is not None:
+            self._check_deepspeed_file(Path(self.deepspeed))
+
+    def _check_deepspeed_file(self, path: Path) -> None:
+        if not path.is_file():
+            raise ConfigError(f"TrainConfig.deepspeed names {path}, which does not exist "
+                              "(use one of deploy/deepspeed/*.json).")
+        try:
+            ds = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"TrainConfig.deepspeed file {path} is not valid JSON: {err}") from err
+        if "optimizer" in ds or "scheduler" in ds:
+            raise ConfigError(f"DeepSpeed config {path} defines an optimizer or scheduler: remove them, the engine "
+                              "builds AdamW and the warm-up schedule itself so every backend trains the same way.")
+        accum = ds.get("gradient_accumulation_steps", "auto")
+        if accum != "auto" and int(accum) != self.grad_accum:
+            raise ConfigError(f"DeepSpeed config {path} sets gradient_accumulation_steps={accum} but "
+                              f"TrainConfig.grad_accum is {self.grad_accum}: set it to \"auto\" in the JSON.")
+        micro = ds.get("train_micro_batch_size_per_gpu", "auto")
+        if micro != "auto" and int(micro) != self.batch_size:
+            raise ConfigError(f"DeepSpeed config {path} sets train_micro_batch_size_per_gpu={micro} but "
+                              f"TrainConfig.batch_size is {self.batch_size}: set it to \"auto\" in the JSON.")
+
+    @property
+    def deepspeed_stage(self) -> int | None:
+        """The ZeRO stage of the DeepSpeed config, or None without DeepSpeed."""
+        if self.deepspeed is None:
+            return None
+        return int(json.loads(Path(self.deepspeed).read_text()).get("zero_optimization", {}).get("stage", 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["adam_betas"] = list(self.adam_betas)
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], **overrides: Any) -> "TrainConfig":
+        """Build from a params.yaml section, refusing unknown keys with the list of known ones."""
+        merged = {**values, **overrides}
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(merged) - known)
+        if unknown:
+            raise ConfigError(f"unknown training setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
+        if "adam_betas" in merged:
+            merged["adam_betas"] = tuple(merged["adam_betas"])
+        return cls(**merged)
+
+
+@runtime_checkable
+class TrainTask(Protocol):
+    """What a training stage provides to the engine.
+
+    ``compute_loss`` receives the model as prepared by accelerate (DDP / DeepSpeed
+    wrapper): call it (``model(...)``), not its submodules, so gradient synchronisation
+    hooks run. ``save_final`` receives the plain (unwrapped) model on rank 0 only.
+    """
+
+    paper: str  # reference for the model card, e.g. "MDR (seed 001)"
+
+    def build_model(self) -> torch.nn.Module: ...
+
+    def train_dataset(self) -> torch.utils.data.Dataset: ...
+
+    def valid_dataset(self) -> torch.utils.data.Dataset | None: ...
+
+    def collate(self, items: list) -> dict[str, torch.Tensor]: ...
+
+    def compute_loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]: ...
+
+    def save_final(self, model: torch.nn.Module, out_dir: Path) -> None: ...
+
+
+@dataclass
+class TrainSummary:
+    """What a training run did; ``to_metrics()`` gives the scalars a StageResult carries."""
+
+    final_step: int                                   # optimizer steps done in total (across resumes)
+    epochs_done: float                                # passes over the training set, fractional mid-epoch
+    train_losses: list[tuple[int, float]]             # (step, mean train loss over the log window)
+    valid_losses: list[tuple[int, float]]             # (step, token-weighted validation loss)
+    best_valid_loss: float | None                     # lowest validation loss seen, None without validation
+    stopped_early: bool                               # True when early stopping ended the run
+    tokens_per_s: float                               # target tokens per second over all processes (this session)
+    peak_memory_bytes: int                            # peak CUDA memory allocated, or peak RSS on CPU (rank 0)
+    resumed_from_step: int | None                     # step of the checkpoint this session resumed from
+    best_step: int | None = None                      # step of the best validation pass
+    total_steps: int = 0                              # planned optimizer steps
+    final_dir: str = ""                               # folder save_final wrote (<output_dir>/final)
+    num_processes: int = 1                            # processes (ranks) that trained
+    train_seconds: float = 0.0                        # wall time spent in training steps (this session)
+    registered_version: str | None = None             # model-registry version, when a tracker registered it
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_metrics(self) -> dict[str, float]:
+        out = {"final_step": float(self.final_step), "epochs_done": float(self.epochs_done),
+               "tokens_per_s": float(self.tokens_per_s), "peak_memory_bytes": float(self.peak_memory_bytes),
+               "stopped_early": float(self.stopped_early)}
+        if self.train_losses:
+            out["final_train_loss"] = float(self.train_losses[-1][1])
+        if self.best_valid_loss is not None:
+            out["best_valid_loss"] = float(self.best_valid_loss)
+        return out

@@ -1,0 +1,88 @@
+"""Deterministic data order and exact sharded validation.
+
+Training order: epoch e visits the training set in the permutation drawn from
+``torch.Generator().manual_seed(seed + e)``: a pure function of (seed, epoch), so every
+rank agrees on it, a resumed run sees the same batches as an uninterrupted one (the
+engine skips the micro-batches already consumed), and nothing depends on the global RNG.
+accelerate shards the batches of that order across ranks.
+
+Validation: rank r of W evaluates examples r, r+W, r+2W, ... (no duplicates); ranks with
+one batch fewer repeat a batch with weight 0 so that every rank runs the same number of
+forward passes (ZeRO-3 gathers parameters collectively in each forward).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator, Sized
+
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from pipelines.errors import ConfigError
+
+
+class EpochPermutationSampler(Sampler[int]):
+    """Indices 0..n-1 in the permutation seeded by ``seed + epoch`` (``set_epoch`` picks the epoch)."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+
+def dataset_length(dataset: Dataset, what: str) -> int:
+    """len(dataset), or a ConfigError saying why the engine needs it."""
+    if not isinstance(dataset, Sized):
+        raise ConfigError(f"the {what} dataset {type(dataset).__name__} has no len(): the engine needs a "
+                          "map-style dataset for a deterministic, resumable order.")
+    n = len(dataset)
+    if what == "training" and n == 0:
+        raise ConfigError("the training dataset is empty: nothing to train on.")
+    return n
+
+
+def validation_batches(n: int, batch_size: int, rank: int, world: int) -> list[tuple[list[int], bool]]:
+    """This rank's validation batches as (indices, counts); every rank gets the same number of batches.
+
+    A batch with ``counts=False`` only keeps the forward passes of all ranks in step; its
+    loss is not added. With fewer examples than ranks, an idle rank re-reads example 0.
+    """
+    mine = list(range(rank, n, world))
+    per_rank = math.ceil(math.ceil(n / world) / batch_size) if n else 0
+    batches = [(mine[i:i + batch_size], True) for i in range(0, len(mine), batch_size)]
+    filler = batches[0][0] if batches else [0]
+    while len(batches) < per_rank:
+        batches.append((filler, False))
+    return batches
+
+
+@torch.no_grad()
+def evaluate(model, dataset: Dataset, collate: Callable, compute_loss: Callable, *, batch_size: int,
+             accelerator) -> float | None:
+    """Token-weighted mean validation loss over all ranks: sum_b loss_b * n_b / sum_b n_b."""
+    from accelerate.utils import send_to_device
+
+    n = len(dataset)
+    if n == 0:
+        return None
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # (sum loss*tokens, sum tokens)
+    for indices, counts in validation_batches(n, batch_size, accelerator.process_index, accelerator.num_processes):
+        batch = send_to_device(collate([dataset[i] for i in indices]), accelerator.device)
+        loss, tokens = compute_loss(model, batch)  # the prepared model autocasts itself under bf16/fp16
+        if counts:
+            total[0] += loss.detach().double() * float(tokens)
+            total[1] += float(tokens)
+    total = accelerator.reduce(total, reduction="sum")
+    model.train(was_training)
+    return float(total[0] / total[1]) if total[1] > 0 else None

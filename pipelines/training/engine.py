@@ -1,0 +1,367 @@
+"""The one training engine of the project: every training stage calls :func:`train`.
+
+Backends come from the launcher, never from code: one process, ``accelerate launch``
+with N processes (DDP; gloo on CPU, NCCL on GPU) or N nodes, and DeepSpeed ZeRO-2/3
+(with CPU offload) through accelerate's DeepSpeedPlugin (``TrainConfig.deepspeed`` or
+an accelerate config of ``deploy/accelerate/``). bf16 autocast on CUDA, fp32 on CPU.
+
+One optimizer step s (0-based) over micro-batches b = 1..A (A = ``grad_accum``) is
+
+    lr_s = lr * m(s)                                     (schedule.py: linear warm-up)
+    g    = (1/A) sum_b grad L_b,  averaged over ranks    (accelerate.accumulate + DDP all-reduce)
+    g   <- g * min(1, max_grad_norm / ||g||)              (global norm clipping)
+    theta <- AdamW(theta, g, lr_s)                        (decoupled weight decay on matrices)
+
+Reproducibility: the data order is a pure function of (seed, epoch) (data.py) and the
+global RNG is re-seeded from (seed, step, rank) before every step, as fairseq does, so
+dropout does not depend on what happened before a resume. A checkpoint (checkpoint.py)
+holds model, AdamW, RNG and the loop state (step, position in the epoch, loss history,
+early-stopping state); ``train`` resumes from the newest complete one, so a run killed
+by SIGKILL and restarted reproduces the loss curve of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import resource
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.utils.data import DataLoader
+
+from pipelines.training.checkpoint import (TrainerState, checkpoint_root, latest_checkpoint, prune_checkpoints,
+                                           read_state, remove_partial, save_checkpoint)
+from pipelines.training.config import TrainConfig, TrainSummary, TrainTask
+from pipelines.training.data import EpochPermutationSampler, dataset_length, evaluate
+from pipelines.training.model_card import render_model_card
+from pipelines.training.schedule import lr_multiplier, set_lr
+
+__all__ = ["TrainConfig", "TrainSummary", "TrainTask", "train", "build_accelerator", "build_optimizer",
+           "resolve_precision", "step_seed"]
+
+log = logging.getLogger("mnemos.training")
+
+
+def resolve_precision(precision: str, cuda: bool) -> str:
+    """accelerate's mixed_precision for ``TrainConfig.precision``: auto is bf16 on CUDA, fp32 ("no") on CPU."""
+    if precision == "auto":
+        return "bf16" if cuda else "no"
+    if precision == "fp16" and not cuda:
+        from pipelines.errors import ConfigError
+
+        raise ConfigError("TrainConfig.precision is fp16 but no CUDA device is visible: use fp32 or bf16 on CPU.")
+    return {"fp32": "no"}.get(precision, precision)
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """Seed of the global RNG for optimizer step ``step`` on ``rank`` (fits numpy's 32 bits)."""
+    return (seed * 1_000_003 + step * 65_537 + rank) % (2**32)
+
+
+def _single_process_env() -> None:
+    """DeepSpeed outside a launcher needs the torch.distributed variables (STACK-NOTES)."""
+    if "WORLD_SIZE" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)})
+
+
+def build_accelerator(config: TrainConfig):
+    """The Accelerator of a run: DDP/single process, or DeepSpeed from the config or the launcher."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.utils import DataLoaderConfiguration, DeepSpeedPlugin, DistributedDataParallelKwargs
+
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        # A second run in the same process (tests, notebooks) may use another precision/backend.
+        AcceleratorState._reset_state()
+        GradientState._reset_state()
+    cuda = torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
+    use_deepspeed = config.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED", "") == "true"
+    kwargs = dict(
+        cpu=not cuda and not use_deepspeed,  # without CUDA: gloo processes (MULTI_CPU) under torchrun
+        mixed_precision=resolve_precision(config.precision, cuda),
+        gradient_accumulation_steps=config.grad_accum,
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=config.find_unused_parameters)],
+        dataloader_config=DataLoaderConfiguration(even_batches=True),
+        dynamo_backend="inductor" if config.compile else None,
+    )
+    if config.deepspeed is not None:
+        _single_process_env()
+        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=str(config.deepspeed),
+                                                     gradient_accumulation_steps=config.grad_accum,
+                                                     gradient_clipping=config.max_grad_norm)
+    accelerator = Accelerator(**kwargs)
+    if _is_deepspeed(accelerator):  # also when the launcher's accelerate config chose DeepSpeed
+        ds = accelerator.state.deepspeed_plugin.deepspeed_config
+        for key, value in (("train_micro_batch_size_per_gpu", config.batch_size),
+                           ("gradient_accumulation_steps", config.grad_accum),
+                           ("gradient_clipping", config.max_grad_norm)):
+            if ds.get(key, "auto") == "auto":
+                ds[key] = value
+    return accelerator
+
+
+def _is_deepspeed(accelerator) -> bool:
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type == DistributedType.DEEPSPEED
+
+
+def build_optimizer(model: torch.nn.Module, config: TrainConfig, fused: bool = False) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (ndim >= 2) only; fused kernels on CUDA."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():  # named_parameters yields tied weights once
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [g for g in ({"params": decay, "weight_decay": config.weight_decay},
+                          {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+    if not groups:
+        from pipelines.errors import ConfigError
+
+        raise ConfigError("the task's model has no trainable parameter: nothing to train.")
+    extra = {"fused": True} if fused else {}
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.adam_betas, eps=config.adam_eps, **extra)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak CUDA memory allocated on ``device``, or the process's peak resident set size on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+class _Stopwatch:
+    """Wall time spent training, excluding validation and checkpoints (paused around them)."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.total, self._since = device, 0.0, None
+
+    def start(self) -> None:
+        self._since = time.perf_counter()
+
+    def pause(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if self._since is not None:
+            self.total += time.perf_counter() - self._since
+            self._since = None
+        return self.total
+
+
+def _unwrapped_for_saving(accelerator, model, task: TrainTask, zero3: bool):
+    """The full model on rank 0: unwrapped, or rebuilt from the gathered ZeRO-3 shards (every rank calls)."""
+    if zero3:
+        state_dict = accelerator.get_state_dict(model)  # collective: gathers the partitioned weights
+        if not accelerator.is_main_process:
+            return None
+        full = task.build_model()
+        full.load_state_dict(state_dict)
+        return full
+    return accelerator.unwrap_model(model) if accelerator.is_main_process else None
+
+
+def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = True,
+          callback: Callable[[int, dict[str, float]], None] | None = None) -> TrainSummary:
+    """Train ``task`` under ``config``, resuming from the newest checkpoint in ``config.output_dir``.
+
+    ``tracker`` (pipelines.tracking.Tracker or a double; used on rank 0 only) receives
+    per-step metrics, the model card and the final model's registration; ``callback(step,
+    metrics)`` (rank 0) sees the same metrics, e.g. to forward them through Dagster Pipes.
+    """
+    from accelerate.utils import set_seed
+
+    accelerator = build_accelerator(config)
+    main = accelerator.is_main_process
+    tracker = tracker if main else None
+    device, rank, world = accelerator.device, accelerator.process_index, accelerator.num_processes
+    deepspeed = _is_deepspeed(accelerator)
+    zero3 = deepspeed and accelerator.state.deepspeed_plugin.zero_stage == 3
+    out = Path(config.output_dir)
+    root = checkpoint_root(out)
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        remove_partial(root)
+    accelerator.wait_for_everyone()
+
+    set_seed(config.seed)  # same initial weights on every rank
+    model = task.build_model()
+    train_ds, valid_ds = task.train_dataset(), task.valid_dataset()
+    n_train = dataset_length(train_ds, "training")
+    has_valid = valid_ds is not None and dataset_length(valid_ds, "validation") > 0
+    sampler = EpochPermutationSampler(n_train, config.seed)
+    loader = DataLoader(train_ds, batch_size=config.batch_size, sampler=sampler, collate_fn=task.collate,
+                        num_workers=config.num_workers, pin_memory=device.type == "cuda",
+                        generator=torch.Generator().manual_seed(config.seed))
+    optimizer = build_optimizer(model, config, fused=device.type == "cuda" and not deepspeed)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+
+    batches_per_epoch = len(loader)  # per rank
+    steps_per_epoch = math.ceil(batches_per_epoch / config.grad_accum)
+    total_steps = config.max_steps if config.max_steps is not None else steps_per_epoch * config.epochs
+
+    state = TrainerState(total_steps=total_steps, world_size=world)
+    resumed_from = None
+    latest = latest_checkpoint(root)
+    if latest is not None:
+        accelerator.load_state(str(latest))
+        state = read_state(latest)
+        resumed_from = state.step
+        if state.world_size != world:
+            log.warning("resuming a %d-process run with %d processes: the data order changes", state.world_size, world)
+        if state.total_steps != total_steps:
+            log.warning("planned steps changed from %d to %d on resume", state.total_steps, total_steps)
+            state.total_steps, state.finished = total_steps, state.finished and state.step >= total_steps
+        if main:
+            log.info("resumed from %s (step %d)", latest, state.step)
+
+    def emit(metrics: dict[str, float], step: int) -> None:
+        if tracker is not None:
+            tracker.log_metrics(metrics, step=step)
+        if callback is not None and main:
+            callback(step, metrics)
+
+    def checkpoint() -> None:
+        save_checkpoint(accelerator, model, root, state, deepspeed=deepspeed)
+        if main:
+            prune_checkpoints(root, config.keep_checkpoints, protect=state.best_step if config.restore_best else None)
+
+    watch = _Stopwatch(device)
+    tokens_session = 0
+
+    def zero(dtype=torch.float32) -> torch.Tensor:  # () on the device: window sums stay on the GPU
+        return torch.zeros((), dtype=dtype, device=device)
+
+    window_loss, window_micro, window_tokens, window_start_time = zero(), 0, zero(torch.float64), 0.0
+    bar = None
+    if progress and main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total_steps, initial=state.step, desc=f"train {out.name}", unit="step", dynamic_ncols=True)
+
+    model.train()
+    set_seed(step_seed(config.seed, state.step, rank))
+    watch.start()
+    while not state.finished:
+        if state.batches_in_epoch >= batches_per_epoch:
+            state.epoch, state.batches_in_epoch = state.epoch + 1, 0
+        if state.step >= total_steps or (config.max_steps is None and state.epoch >= config.epochs):
+            state.finished = True
+            break
+        epoch_loader = accelerator.skip_first_batches(loader, state.batches_in_epoch) if state.batches_in_epoch else loader
+        epoch_loader.set_epoch(state.epoch)  # accelerate re-applies its own epoch counter at iter(): set it, not the sampler
+        for batch in epoch_loader:
+            set_lr(optimizer, config.lr * lr_multiplier(state.step, config.warmup_steps, total_steps, config.schedule))
+            with accelerator.accumulate(model):
+                loss, tokens = task.compute_loss(model, batch)  # (), target tokens in this micro-batch
+                accelerator.backward(loss)
+                grad_norm = None
+                if accelerator.sync_gradients and config.max_grad_norm > 0:
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            state.batches_in_epoch += 1
+            window_loss += loss.detach().float()
+            window_micro += 1
+            window_tokens += tokens
+            if not accelerator.sync_gradients:
+                continue
+            # ---- one optimizer step done ----
+            state.step += 1
+            if bar is not None:
+                bar.update(1)
+            last = state.step >= total_steps
+            if state.step % config.log_every == 0 or last:
+                elapsed = watch.pause() - window_start_time
+                totals = accelerator.reduce(torch.stack([window_loss.double(), zero(torch.float64) + window_micro,
+                                                         window_tokens]), reduction="sum")
+                step_tokens = int(totals[2])
+                tokens_session += step_tokens
+                state.tokens_seen += step_tokens
+                train_loss = float(totals[0] / totals[1])
+                state.train_losses.append([state.step, train_loss])
+                metrics = {"train/loss": train_loss, "train/lr": optimizer.param_groups[0]["lr"],
+                           "train/tokens_per_s": step_tokens / elapsed if elapsed > 0 else 0.0,
+                           "train/peak_memory_bytes": float(peak_memory_bytes(device)),
+                           "train/epoch": state.epoch + state.batches_in_epoch / batches_per_epoch}
+                if grad_norm is not None:
+                    metrics["train/grad_norm"] = float(grad_norm)
+                emit(metrics, state.step)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{train_loss:.4f}")
+                window_loss, window_micro, window_tokens = zero(), 0, zero(torch.float64)
+                window_start_time = watch.total
+                watch.start()
+            improved = False
+            if has_valid and (state.step % config.eval_every == 0 or last):
+                watch.pause()
+                valid_loss = evaluate(model, valid_ds, task.collate, task.compute_loss,
+                                      batch_size=config.batch_size, accelerator=accelerator)
+                if valid_loss is not None:  # None: the validation set has no target token
+                    state.valid_losses.append([state.step, valid_loss])
+                    if state.best_valid_loss is None or valid_loss < state.best_valid_loss - config.min_delta:
+                        state.best_valid_loss, state.best_step, state.bad_evals, improved = (valid_loss, state.step,
+                                                                                             0, True)
+                    else:
+                        state.bad_evals += 1
+                    emit({"valid/loss": valid_loss, "valid/best_loss": state.best_valid_loss}, state.step)
+                if config.early_stopping_patience is not None and state.bad_evals >= config.early_stopping_patience:
+                    state.stopped_early = True
+                    log.info("early stopping at step %d: no improvement in %d validation passes", state.step,
+                             state.bad_evals)
+                watch.start()
+            state.finished = last or state.stopped_early
+            if state.step % config.save_every == 0 or state.finished or (improved and config.restore_best):
+                watch.pause()
+                checkpoint()
+                watch.start()
+            if state.finished:
+                break
+            set_seed(step_seed(config.seed, state.step, rank))  # the RNG of the next step
+    train_seconds = watch.pause()
+    if bar is not None:
+        bar.close()
+    if not (root / f"step-{state.step}").exists():
+        checkpoint()  # the loop ended without saving its last step (e.g. nothing was left to run)
+
+    # ---- the final model: best validation weights (when asked), written atomically ----
+    if config.restore_best and state.best_step is not None and state.best_step != state.step:
+        accelerator.load_state(str(root / f"step-{state.best_step}"))
+    final_dir, tmp_dir = out / "final", out / ".final.tmp"
+    full = _unwrapped_for_saving(accelerator, model, task, zero3)
+    summary = TrainSummary(
+        final_step=state.step, epochs_done=state.epoch + state.batches_in_epoch / batches_per_epoch,
+        train_losses=[(int(s), float(v)) for s, v in state.train_losses],
+        valid_losses=[(int(s), float(v)) for s, v in state.valid_losses],
+        best_valid_loss=state.best_valid_loss, stopped_early=state.stopped_early,
+        tokens_per_s=tokens_session / train_seconds if train_seconds > 0 else 0.0,
+        peak_memory_bytes=peak_memory_bytes(device), resumed_from_step=resumed_from, best_step=state.best_step,
+        total_steps=total_steps, final_dir=str(final_dir), num_processes=world, train_seconds=train_seconds)
+    if main:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        tmp_dir.mkdir(parents=True)
+        task.save_final(full, tmp_dir)
+        name = config.model_name or out.name
+        backend = (f"DeepSpeed ZeRO-{accelerator.state.deepspeed_plugin.zero_stage}" if deepspeed
+                   else f"{accelerator.distributed_type.value} ({accelerator.mixed_precision})")
+        card = render_model_card(name=name, paper=task.paper, model=full, config=config, summary=summary,
+                                 backend=backend)
+        (tmp_dir / "MODEL_CARD.md").write_text(card)
+        (tmp_dir / "train_config.json").write_text(json.dumps(config.to_dict(), indent=1))
+        shutil.rmtree(final_dir, ignore_errors=True)
+        os.replace(tmp_dir, final_dir)
+        if tracker is not None:
+            tracker.log_model_card(card)
+            summary.registered_version = tracker.register_model(final_dir, name)
+    accelerator.wait_for_everyone()
+    return summary

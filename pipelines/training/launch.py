@@ -1,0 +1,81 @@
+"""The command that runs a training stage in its own processes: one process, N GPUs or N nodes.
+
+The Dagster asset (through Dagster Pipes), ``make`` and a user at a shell all start a
+training stage with the command built here; the launcher and its config file decide the
+topology, the stage code stays the same (deploy/README.md):
+
+    accelerate: python -m accelerate.commands.launch --config_file deploy/accelerate/X.yaml [--num_processes N]
+                    -m pipelines run STAGE
+    torchrun:   python -m torch.distributed.run --nproc_per_node N -m pipelines run STAGE
+    deepspeed:  python -m deepspeed.launcher.runner --num_gpus N --module pipelines run STAGE
+
+``extra_args`` are launcher options (e.g. ``["--main_process_port", "29600"]`` or
+``["--nnodes", "2", "--node_rank", "0"]``); ``stage_args`` follow ``run STAGE`` (e.g.
+``["--set", "mdr.teacher.epochs=1"]``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from pipelines.errors import ConfigError
+
+LAUNCHERS = ("accelerate", "torchrun", "deepspeed", "python")
+DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def accelerate_config_path(name: str) -> Path:
+    """``deploy/accelerate/<name>.yaml`` for a short name, or the path itself."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        return path
+    return DEPLOY_DIR / "accelerate" / f"{name}.yaml"
+
+
+def launch_command(stage_name: str, launcher: str = "accelerate", accelerate_config: str | None = None,
+                   num_processes: int = 1, extra_args: Sequence[str] = (),
+                   stage_args: Sequence[str] = (), entry: Sequence[str] | None = None) -> list[str]:
+    """argv that runs ``python -m pipelines run stage_name`` under ``launcher`` (see module docstring).
+
+    ``accelerate_config`` is a file or a short name of deploy/accelerate/ (e.g. "cpu_2proc",
+    "gpu_multi", "deepspeed_zero2"); without it accelerate runs ``num_processes`` processes
+    with its defaults. ``launcher="python"`` runs the stage in one plain process. ``entry``
+    replaces ``-m pipelines run STAGE`` by a script and its arguments (tests, benchmarks).
+    """
+    if launcher not in LAUNCHERS:
+        raise ConfigError(f"launcher {launcher!r} is unknown: use one of {', '.join(LAUNCHERS)}.")
+    if num_processes < 1:
+        raise ConfigError(f"num_processes is {num_processes}: a launch needs at least one process.")
+    if accelerate_config is not None and launcher != "accelerate":
+        raise ConfigError(f"an accelerate config ({accelerate_config}) only applies to launcher='accelerate', "
+                          f"not {launcher!r}.")
+    py = sys.executable
+    module = ["-m", "pipelines", "run", stage_name, *stage_args] if entry is None else list(entry)
+    if launcher == "python":
+        if num_processes != 1:
+            raise ConfigError("launcher='python' runs one process: use accelerate, torchrun or deepspeed for more.")
+        return [py, *module]
+    if launcher == "accelerate":
+        cmd = [py, "-m", "accelerate.commands.launch"]
+        if accelerate_config is not None:
+            cfg = accelerate_config_path(accelerate_config)
+            if not cfg.is_file():
+                raise ConfigError(f"accelerate config {cfg} does not exist (see deploy/accelerate/).")
+            cmd += ["--config_file", str(cfg)]
+            if num_processes != 1:  # otherwise the file decides
+                cmd += ["--num_processes", str(num_processes)]
+        else:
+            cmd += ["--num_processes", str(num_processes), "--num_machines", "1"]
+            if num_processes > 1:
+                # --multi_gpu starts the processes through torchrun; on a CPU-only machine the engine then
+                # picks gloo. (`--cpu --num_processes N` would start ONE process unless mpirun is set up.)
+                cmd += ["--multi_gpu"]
+            cmd += ["--mixed_precision", "no", "--dynamo_backend", "no"]  # TrainConfig.precision/compile decide
+        return [*cmd, *extra_args, *module]
+    if launcher == "torchrun":
+        return [py, "-m", "torch.distributed.run", "--nproc_per_node", str(num_processes), *extra_args, *module]
+    if entry is None:
+        module = ["--module", "pipelines", "run", stage_name, *stage_args]  # the deepspeed runner's spelling
+    return [py, "-m", "deepspeed.launcher.runner", "--num_gpus", str(num_processes), *extra_args, *module]

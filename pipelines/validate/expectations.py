@@ -1,0 +1,179 @@
+"""great-expectations suites over the canonical tables (the ``schema`` rules, plus two warnings).
+
+One ephemeral GX context per :func:`run_expectations` call (nothing is written to disk), a pandas
+data source with one dataframe asset, one ``ExpectationSuite`` and one ``ValidationDefinition``
+per table. Each expectation carries its rule name in ``meta["rule"]``; its result (format
+``SUMMARY``: the unexpected count and the first 20 unexpected row indices) is mapped back to
+:class:`~pipelines.validate.rules.Failure` records through the table's ``record`` column.
+
+Texts are "non-empty" when they contain a non-whitespace character (regex ``\\S``, i.e. length
+>= 1 after stripping). Ids are unique per episode through compound-column uniqueness over
+``(episode_pos, id)``; GX counts every row of a duplicated pair, so two turns sharing an id count
+as 2.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from pipelines.data.schema import SPLITS
+from pipelines.validate.rules import IMPORTANCE_RANGE, RULES, Failure
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+NONBLANK = r"\S"
+RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 20}
+
+
+@dataclass(frozen=True)
+class ExpectationRule:
+    """A rule checked by one great-expectations expectation on one table."""
+
+    rule: str                                # rule name (a key of RULES)
+    table: str                               # canonical table the expectation runs on
+    build: Callable[[], Any]                 # () -> expectation instance (gxe.Expect...)
+    message: Callable[[Any], str]            # failing row (a namedtuple of the table) -> message
+    applies: Callable[[pd.DataFrame], bool] = lambda frame: True  # False: rule passes, not applied
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"expectation for undeclared rule {self.rule!r}")
+
+
+def _gxe():
+    import great_expectations.expectations as gxe  # imported on first use (about 2 s)
+
+    return gxe
+
+
+def unique(*columns: str) -> Callable[[], Any]:
+    return lambda: _gxe().ExpectCompoundColumnsToBeUnique(column_list=list(columns))
+
+
+def regex(column: str, pattern: str) -> Callable[[], Any]:
+    return lambda: _gxe().ExpectColumnValuesToMatchRegex(column=column, regex=pattern)
+
+
+EXPECTATIONS: tuple[ExpectationRule, ...] = (
+    ExpectationRule("episode_ids_unique", "episodes", unique("split", "episode_id"),
+                    lambda r: f"episode {r.episode_id!r} is listed more than once in split {r.split!r}"),
+    ExpectationRule("split_in_set", "episodes",
+                    lambda: _gxe().ExpectColumnValuesToBeInSet(column="split", value_set=list(SPLITS)),
+                    lambda r: f"episode {r.episode_id!r} has split {r.split!r}, not one of {', '.join(SPLITS)}"),
+    ExpectationRule("speaker_names_unique", "speakers", unique("episode_pos", "name"),
+                    lambda r: f"speaker {r.name!r} is listed more than once in episode {r.episode_id!r}"),
+    ExpectationRule("session_ids_unique", "sessions", unique("episode_pos", "session_id"),
+                    lambda r: f"session id {r.session_id!r} is used more than once in episode {r.episode_id!r}"),
+    ExpectationRule("session_index_non_negative", "sessions",
+                    lambda: _gxe().ExpectColumnValuesToBeBetween(column="session_index", min_value=0),
+                    lambda r: f"session {r.session_id!r} has index {r.session_index}"),
+    ExpectationRule("turn_ids_unique", "turns", unique("episode_pos", "turn_id"),
+                    lambda r: f"turn id {r.turn_id!r} is used more than once in episode {r.episode_id!r}"),
+    ExpectationRule("turn_text_nonempty", "turns",
+                    regex("text", NONBLANK),
+                    lambda r: f"turn {r.turn_id!r} in session {r.session_id!r} has a blank text {r.text!r}"),
+    ExpectationRule("memory_ids_unique", "memories", unique("episode_pos", "memory_id"),
+                    lambda r: f"memory id {r.memory_id!r} is used more than once in episode {r.episode_id!r}"),
+    ExpectationRule("memory_text_nonempty", "memories",
+                    regex("text", NONBLANK),
+                    lambda r: f"memory {r.memory_id!r} in session {r.listed_in!r} has a blank text {r.text!r}"),
+    ExpectationRule("query_ids_unique", "queries", unique("episode_pos", "query_id"),
+                    lambda r: f"query id {r.query_id!r} is used more than once in episode {r.episode_id!r}"),
+    ExpectationRule("query_question_nonempty", "queries",
+                    regex("question", NONBLANK),
+                    lambda r: f"query {r.query_id!r} has a blank question {r.question!r}"),
+    ExpectationRule("query_category_present", "queries",
+                    lambda: _gxe().ExpectColumnValuesToNotBeNull(column="category"),
+                    lambda r: f"query {r.query_id!r} has no category while other queries have one",
+                    applies=lambda q: bool(q["category"].notna().any())),
+    ExpectationRule("memory_importance_in_range", "memories",
+                    lambda: _gxe().ExpectColumnValuesToBeBetween(column="importance",
+                                                              min_value=IMPORTANCE_RANGE[0],
+                                                              max_value=IMPORTANCE_RANGE[1]),
+                    lambda r: f"memory {r.memory_id!r} has importance {r.importance}",
+                    applies=lambda m: bool(m["importance"].notna().any())),
+)
+EXPECTATION_RULES: tuple[str, ...] = tuple(e.rule for e in EXPECTATIONS)
+
+
+@dataclass
+class ExpectationResult:
+    """What one expectation found: failures (at most ``RESULT_FORMAT`` partial rows) and the count."""
+
+    failures: list[Failure]
+    count: int                   # GX unexpected_count (every failing row, not only the sampled ones)
+    applied: bool                # False when the rule does not apply to these tables
+    metadata: dict[str, Any]     # expectation type, table, element count, unexpected percent
+
+
+def _table_for_gx(frame: pd.DataFrame, columns: set[str]) -> pd.DataFrame:
+    """The columns an expectation reads; numeric-looking object columns cast for comparisons."""
+    out = frame[sorted(columns)].copy()
+    for column in ("importance", "session_index"):
+        if column in out.columns:
+            out[column] = pd.to_numeric(out[column], errors="coerce")
+    return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)
+
+
+def _columns(expectation) -> set[str]:
+    cfg = expectation.configuration.kwargs
+    return set(cfg.get("column_list") or [cfg["column"]])
+
+
+def run_expectations(tables: Mapping[str, pd.DataFrame]) -> dict[str, ExpectationResult]:
+    """Run every expectation rule over ``tables`` in one ephemeral GX context.
+
+    Returns rule name -> ExpectationResult for every rule of :data:`EXPECTATION_RULES`.
+    """
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_pandas("mnemos")
+    results: dict[str, ExpectationResult] = {}
+    by_table: dict[str, list[tuple[ExpectationRule, Any]]] = {}
+    for er in EXPECTATIONS:
+        if er.applies(tables[er.table]):
+            by_table.setdefault(er.table, []).append((er, er.build()))
+        else:
+            results[er.rule] = ExpectationResult([], 0, False, {"table": er.table})
+    for table, items in by_table.items():
+        frame = tables[table].reset_index(drop=True)
+        columns = set().union(*(_columns(e) for _, e in items))
+        batch = source.add_dataframe_asset(name=table).add_batch_definition_whole_dataframe(table)
+        suite = context.suites.add(gx.ExpectationSuite(name=f"mnemos_{table}"))
+        for er, expectation in items:
+            expectation.meta = {"rule": er.rule}
+            expectation.description = RULES[er.rule].description
+            suite.add_expectation(expectation)
+        definition = context.validation_definitions.add(
+            gx.ValidationDefinition(name=f"mnemos_{table}", data=batch, suite=suite))
+        run = definition.run(batch_parameters={"dataframe": _table_for_gx(frame, columns)},
+                             result_format=RESULT_FORMAT)
+        rules = {er.rule: er for er, _ in items}
+        for res in run.results:
+            er = rules[res.expectation_config.meta["rule"]]
+            info = res.exception_info or {}
+            if info.get("raised_exception"):
+                raise RuntimeError(f"great-expectations could not evaluate rule {er.rule!r} on table "
+                                   f"{table!r}: {info.get('exception_message')}")
+            rows = frame.loc[res.result.get("partial_unexpected_index_list") or []]
+            failures = [Failure(r.record, er.message(r)) for r in rows.itertuples()]
+            results[er.rule] = ExpectationResult(
+                failures=failures, count=int(res.result.get("unexpected_count") or 0),
+                applied=True,
+                metadata={"table": table, "expectation": res.expectation_config.type,
+                          "element_count": int(res.result.get("element_count") or 0),
+                          "unexpected_percent": _round(res.result.get("unexpected_percent"))})
+            if not res.success and not failures:
+                raise RuntimeError(f"great-expectations failed rule {er.rule!r} without naming rows")
+    return results

@@ -1,0 +1,159 @@
+import math
+
+import pytest
+
+from pipelines.errors import ConfigError, DataError
+from pipelines.evaluate.protocol import (ProtocolConfig, aggregate, evaluate_episode, flat_metrics, ranking,
+                                         run_protocol)
+from pipelines.memory import MemoryStrategy, Retrieved, build_strategy
+
+CONFIG = ProtocolConfig(ks=(1, 3), budget_tokens=100, show_progress=False)
+
+
+class Spy(MemoryStrategy):
+    """Records what it has observed whenever it is asked; answers with its memories, newest first."""
+
+    granularities = ("turn", "session", "memory")
+
+    def __init__(self):
+        super().__init__()
+        self.observed: list[str] = []
+        self.items: list[Retrieved] = []
+        self.seen_at_query: dict[str, tuple[str, ...]] = {}
+
+    def observe(self, episode, session):
+        self.observed.append(session.id)
+        for turn in session.turns:
+            self.items.append(Retrieved(0.0, turn.text, session_id=session.id, turn_id=turn.id,
+                                        order=len(self.items)))
+        for memory in session.memories:
+            self.items.append(Retrieved(0.0, memory.text, session_id=session.id, memory_id=memory.id,
+                                        order=len(self.items)))
+
+    def retrieve(self, query, k):
+        self.seen_at_query[query.id] = tuple(self.observed)
+        return sorted(self.items, key=lambda i: -i.order)[:k]
+
+    def forget(self, selector):
+        return 0
+
+    def reset(self):
+        self.observed, self.items = [], []
+
+    def __len__(self):
+        return len(self.items)
+
+
+def test_a_query_only_ever_sees_strictly_earlier_sessions(episode):
+    spy = Spy()
+    scores, excluded = evaluate_episode(episode, spy, CONFIG, name="spy")
+    assert spy.seen_at_query == {"Q1": ("p1:S1",), "Q2": ("p1:S1", "p1:S2"), "Q9": ("p1:S1", "p1:S2"),
+                                 "Q6": ("p1:S1", "p1:S2", "p1:S3", "p1:S4")}
+    assert spy.observed == ["p1:S1", "p1:S2", "p1:S3", "p1:S4"]  # time order, whatever the list order
+    assert sorted((e.query_id, e.reason) for e in excluded) == [
+        ("Q3", "evidence_not_earlier"), ("Q4", "evidence_not_earlier"), ("Q5", "abstention"),
+        ("Q7", "evidence_not_earlier"), ("Q8", "no_evidence")]
+    assert {(s.query_id, s.granularity) for s in scores} == {
+        ("Q1", "turn"), ("Q1", "session"), ("Q2", "turn"), ("Q2", "session"), ("Q6", "turn"), ("Q6", "session"),
+        ("Q9", "memory")}
+    q9 = next(s for s in scores if s.query_id == "Q9")
+    # memories newest first when Q9 is asked in S3: p1:S2:M1, p1:S1:M1 -> the evidence is at rank 2
+    assert (q9.metrics["recall@1"], q9.metrics["recall@3"], q9.metrics["mrr"]) == (0.0, 1.0, 0.5)
+
+
+def test_long_context_scores_are_exact(episode):
+    scores, excluded = evaluate_episode(episode, build_strategy("long_context", include_dates=False), CONFIG)
+    got = {(s.query_id, s.granularity): s for s in scores}
+    # Q1 in S2: turns newest first [S1:T2, S1:T1]; the evidence S1:T1 is at rank 2
+    assert got["Q1", "turn"].metrics == {"recall@1": 0.0, "recall@3": 1.0, "recall_any@1": 0.0, "recall_any@3": 1.0,
+                                         "recall_all@1": 0.0, "recall_all@3": 1.0, "ndcg_any@1": 0.0,
+                                         "ndcg_any@3": 1.0, "mrr": 0.5}
+    # Q2 in S3: [S2:T2, S2:T1, S1:T2, S1:T1]; evidence S2:T1 (rank 2) and S1:T2 (rank 3)
+    q2 = got["Q2", "turn"].metrics
+    assert (q2["recall@1"], q2["recall@3"], q2["recall_all@3"], q2["mrr"]) == (0.0, 1.0, 1.0, 0.5)
+    assert q2["ndcg_any@3"] == pytest.approx((1 + 1 / math.log2(3)) / 2)
+    # sessions [S2, S1], both evidence
+    assert got["Q2", "session"].metrics["recall@1"] == 0.5 and got["Q2", "session"].metrics["recall_all@1"] == 0.0
+    assert got["Q6", "turn"].metrics["mrr"] == 1.0
+    assert [(s.session_index, s.context_tokens, s.category) for s in scores if s.granularity == "turn"] == [
+        (1, 12, "single-session"), (2, 24, "multi-session"), (4, 48, "uncategorised")]  # 6 tokens per turn
+    assert ("Q9", "no_scored_granularity") in {(e.query_id, e.reason) for e in excluded}
+
+
+def test_aggregate_overall_per_category_and_per_session(episode):
+    result = run_protocol([episode], "long_context", CONFIG, settings={"include_dates": False})
+    agg = result.aggregate()
+    overall = agg["overall"]
+    assert overall["queries"] == 3 and overall["context_tokens"] == 28.0  # (12 + 24 + 48) / 3
+    assert overall["turn"]["queries"] == 3
+    assert overall["turn"]["recall@1"] == pytest.approx(1 / 3)
+    assert overall["turn"]["mrr"] == pytest.approx(2 / 3)
+    assert overall["session"]["recall@1"] == pytest.approx((1 + 0.5 + 1) / 3)
+    assert sorted(agg["per_category"]) == ["multi-session", "single-session", "uncategorised"]
+    assert agg["per_category"]["multi-session"]["turn"]["ndcg_any@3"] == pytest.approx((1 + 1 / math.log2(3)) / 2)
+    assert sorted(agg["per_session"]) == [1, 2, 4]
+    assert agg["per_session"][4]["context_tokens"] == 48.0
+    assert result.exclusion_counts() == {"abstention": 1, "evidence_not_earlier": 3, "no_evidence": 1,
+                                         "no_scored_granularity": 1}
+    flat = flat_metrics(overall)
+    assert flat["turn/mrr"] == pytest.approx(2 / 3) and flat["context_tokens"] == 28.0 and flat["queries"] == 3.0
+    assert "turn/queries" not in flat
+    assert aggregate([]) == {"overall": {"queries": 0, "context_tokens": 0.0}, "per_category": {}, "per_session": {}}
+
+
+def test_run_protocol_builds_a_fresh_strategy_per_episode(episode):
+    built = []
+
+    def factory():
+        built.append(Spy())
+        return built[-1]
+
+    other = episode.model_copy(update={"id": "p2"})
+    result = run_protocol([episode, other], factory, CONFIG, name="spy")
+    assert len(built) == 3  # one for prepare(), one per episode
+    assert built[1] is not built[2] and built[2].observed == ["p1:S1", "p1:S2", "p1:S3", "p1:S4"]
+    assert result.episodes == 2 and len({s.episode_id for s in result.scores}) == 2
+
+
+class Cheat(Spy):
+    """Returns an item from a session it has not observed."""
+
+    def retrieve(self, query, k):
+        return [Retrieved(1.0, "from the future", session_id="p1:S4", turn_id="p1:S4:T2")]
+
+
+def test_a_retrieved_item_from_an_unobserved_session_is_a_leak(episode):
+    with pytest.raises(RuntimeError, match="temporal leak"):
+        evaluate_episode(episode, Cheat(), CONFIG)
+
+
+def test_unresolvable_ids_raise_data_errors(episode):
+    bad = episode.model_copy(deep=True)
+    bad.queries[0].evidence_turns = ["p1:S1:T9"]
+    with pytest.raises(DataError, match=r"query Q1.*field 'evidence_turns'.*evidence_resolves"):
+        evaluate_episode(bad, Spy(), CONFIG)
+    bad = episode.model_copy(deep=True)
+    bad.queries[0].session_id = "p1:S9"
+    with pytest.raises(DataError, match=r"query Q1.*field 'session_id'"):
+        evaluate_episode(bad, Spy(), CONFIG)
+
+
+def test_rankings_deduplicate_in_rank_order():
+    items = [Retrieved(0.0, "x", session_id="s2", turn_id="t4"), Retrieved(0.0, "x", session_id="s1", turn_id="t1"),
+             Retrieved(0.0, "x", session_id="s2", turn_id="t3"), Retrieved(0.0, "x", session_id="s3", memory_id="m1")]
+    assert ranking(items, "turn") == ["t4", "t1", "t3"]
+    assert ranking(items, "session") == ["s2", "s1", "s3"]
+    assert ranking(items, "memory") == ["m1"]
+
+
+@pytest.mark.parametrize("settings, match", [
+    ({"ks": ()}, "ks"), ({"ks": (0, 3)}, "ks"), ({"ks": (3, 3)}, "repeat"),
+    ({"budget_tokens": -1}, "budget_tokens"), ({"ks": (1, 10), "depth": 5}, "depth"),
+])
+def test_config_checks(settings, match):
+    with pytest.raises(ConfigError, match=match):
+        ProtocolConfig(**settings)
+
+
+def test_ks_are_sorted():
+    assert ProtocolConfig(ks=(10, 1, 5)).ks == (1, 5, 10)

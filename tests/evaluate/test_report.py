@@ -1,0 +1,91 @@
+import csv
+import json
+
+import pytest
+
+from pipelines.errors import ConfigError
+from pipelines.evaluate.report import headline_k, markdown_table, run_benchmark
+
+STRATEGIES = ["no_history", "long_context", "bm25"]
+KEYS = ({f"{g}/{m}@{k}" for g in ("turn", "session") for m in ("recall", "recall_any", "recall_all", "ndcg_any")
+         for k in (1, 3)} | {"turn/mrr", "session/mrr", "context_tokens", "queries"})
+
+
+@pytest.fixture
+def report(episode, tmp_path):
+    out = run_benchmark([episode], STRATEGIES, ks=(3, 1), out_dir=tmp_path / "reports", profile="tiny",
+                        budget_tokens=100, suite="synthetic",
+                        strategy_settings={"long_context": {"include_dates": False}}, show_progress=False)
+    return out, tmp_path / "reports"
+
+
+def test_metrics_json_is_suite_strategy_metric(report):
+    out, root = report
+    metrics = json.loads((root / "metrics.json").read_text())
+    assert metrics == out["metrics"]
+    assert list(metrics) == ["synthetic"] and list(metrics["synthetic"]) == STRATEGIES
+    for name in STRATEGIES:
+        assert set(metrics["synthetic"][name]) == KEYS
+    lc = metrics["synthetic"]["long_context"]
+    assert lc["turn/recall@1"] == pytest.approx(1 / 3) and lc["turn/mrr"] == pytest.approx(2 / 3)
+    assert lc["context_tokens"] == 28.0 and lc["queries"] == 3.0
+    assert metrics["synthetic"]["no_history"]["session/recall@3"] == 0.0
+    assert metrics["synthetic"]["no_history"]["context_tokens"] == 0.0
+
+
+def test_benchmark_md_has_header_tables_and_bold_best(report):
+    out, root = report
+    md = (root / "benchmark.md").read_text()
+    assert md.startswith("# Memory benchmark: synthetic\n")
+    assert "- profile: `tiny`" in md and "- episodes: 1" in md and "context budget: 100 tokens (regex tokens)" in md
+    assert "### turn granularity" in md and "### session granularity" in md and "### memory granularity" not in md
+    assert "## Per category: recall@3" in md and "| strategy | multi-session | single-session | uncategorised |" in md
+    session_rows = md.split("### session granularity")[1].split("\n\n")[1].splitlines()
+    long_context = next(r for r in session_rows if r.startswith("| long_context |")).split(" | ")
+    assert long_context[2] == "**1.0000**"  # session recall@3: every evidence session is in the top 3
+    no_history = next(r for r in session_rows if r.startswith("| no_history |"))
+    assert "**" not in no_history
+    assert "| no_history | 3 | 1 | 3 | 1 | 1 |" in md  # scored, abstention, not earlier, no evidence, no granularity
+    assert out["markdown"].startswith("### turn granularity") and "| long_context |" in out["markdown"]
+    assert out["counts"]["bm25"] == {"scored": 3, "abstention": 1, "evidence_not_earlier": 3, "no_evidence": 1,
+                                     "no_scored_granularity": 1}
+
+
+def test_plots_and_dvc_csv(report):
+    out, root = report
+    for name in ("recall_at_k.png", "tokens_vs_recall.png"):
+        assert (root / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.reader(open(root / "plots" / "recall_at_k.csv")))
+    assert rows[0] == ["k", "turn/no_history", "turn/long_context", "turn/bm25",
+                       "session/no_history", "session/long_context", "session/bm25"]
+    assert [r[0] for r in rows[1:]] == ["1", "3"]
+    assert rows[1][2] == "0.333333" and rows[2][2] == "1.000000" and rows[2][1] == "0.000000"
+    assert out["plots"] == [root / "plots" / "recall_at_k.png", root / "plots" / "tokens_vs_recall.png",
+                            root / "plots" / "recall_at_k.csv"]
+    assert out["dvc_plot"]["x"] == "k" and out["dvc_plot"]["y"] == rows[0][1:]
+    assert sum(1 for _ in open(root / "queries.jsonl")) == 3 * (2 * 3)  # strategies x (queries x granularities)
+
+
+def test_markdown_table_bolds_the_best_of_each_ranked_column():
+    rows = {"a": {"r@1": 0.5, "mrr": 0.25, "context_tokens": 10.0}, "b": {"r@1": 0.5, "mrr": 0.75, "context_tokens": 3.0},
+            "c": {"r@1": 0.125, "mrr": 0.75}}
+    assert markdown_table(rows, ["r@1", "mrr", "context_tokens"], ranked=["r@1", "mrr"]) == "\n".join([
+        "| strategy | r@1 | mrr | context_tokens |",
+        "| --- | ---: | ---: | ---: |",
+        "| a | **0.5000** | 0.2500 | 10.0 |",
+        "| b | **0.5000** | **0.7500** | 3.0 |",
+        "| c | 0.1250 | **0.7500** | – |"])
+    tie = markdown_table({"a": {"x": 1.0}, "b": {"x": 1.0}}, ["x"])
+    assert "**" not in tie  # no best when every value ties
+
+
+def test_headline_k():
+    assert headline_k((1, 3, 5, 10)) == 5 and headline_k((1, 3)) == 3
+
+
+@pytest.mark.parametrize("strategies, settings, match", [
+    ([], None, "empty"), (["bm25", "bm25"], None, "repeats"), (["bm25"], {"dense": {}}, "does not run"),
+])
+def test_bad_benchmark_settings(episode, tmp_path, strategies, settings, match):
+    with pytest.raises(ConfigError, match=match):
+        run_benchmark([episode], strategies, out_dir=tmp_path, strategy_settings=settings, show_progress=False)

@@ -1,0 +1,108 @@
+"""The three MDR TrainTasks end to end on 4 examples, and the MDR config checks."""
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from pipelines.errors import ConfigError, DataError
+from pipelines.mdr.config import MDRConfig
+from pipelines.mdr.decoder import features_for, generate_responses
+from pipelines.mdr.prefix_lm import PrefixLM
+from pipelines.mdr.student import MDRStudent, load_response_features
+from pipelines.mdr.tasks import (FEATURES_FILE, MDRDecoderTask, MDRStudentTask, MDRTeacherTask, collate_teacher,
+                                 student_item, teacher_item)
+from pipelines.mdr.teacher import MDRTeacher
+from pipelines.mdr.text import IGNORE
+from pipelines.training.config import TrainTask
+
+
+def _train(task, steps, lr):
+    model = task.build_model().train()
+    loader = DataLoader(task.train_dataset(), batch_size=4, collate_fn=task.collate)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    losses = []
+    for _ in range(steps):
+        for batch in loader:
+            loss, n = task.compute_loss(model, batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return model, losses
+
+
+def test_three_stages_end_to_end(config, codec, examples, gpt2, tmp_path):
+    teacher_task = MDRTeacherTask(config, examples, examples[:2], codec, gpt2)
+    assert isinstance(teacher_task, TrainTask)
+    teacher, losses = _train(teacher_task, 8, 1e-2)
+    assert losses[-1] < losses[0]
+    teacher_task.save_final(teacher, tmp_path / "teacher")
+
+    frozen = MDRTeacher.load(tmp_path / "teacher")
+    student_task = MDRStudentTask(config, examples, None, codec, frozen, gpt2, cache_examples=examples)
+    assert isinstance(student_task, TrainTask) and student_task.valid_dataset() is None
+    student, losses = _train(student_task, 8, 3e-3)
+    assert losses[-1] < losses[0]
+    student_task.save_final(student, tmp_path / "student")
+    cache = load_response_features(tmp_path / "student" / FEATURES_FILE)
+    assert set(cache) == {e.id for e in examples}
+    assert MDRStudent.load(tmp_path / "student", frozen.encoder).memory.hops == config.hops
+
+    decoder_task = MDRDecoderTask(config, examples, examples[2:], codec, frozen, cache,
+                                  features_source=str(tmp_path / "student" / FEATURES_FILE))
+    assert isinstance(decoder_task, TrainTask) and len(decoder_task.valid_dataset()) == 2
+    decoder, losses = _train(decoder_task, 8, 1e-2)
+    assert losses[-1] < losses[0]
+    assert all(p.grad is None for p in frozen.parameters())
+    decoder_task.save_final(decoder, tmp_path / "decoder")
+
+    loaded = PrefixLM.load(tmp_path / "decoder" / "decoder")
+    feats = features_for([e.id for e in examples], cache)
+    texts = generate_responses(loaded, codec, [e.query for e in examples], feats, max_new_tokens=8)
+    assert texts == generate_responses(decoder.decoder, codec, [e.query for e in examples], feats, max_new_tokens=8)
+    assert (tmp_path / "decoder" / "tokenizer" / "tokenizer.json").exists()
+
+
+def test_items(config, codec, examples):
+    item = teacher_item(examples[1], codec, config)
+    assert item["r"] == codec.encoder_ids("yes, two dogs.", config.max_response_tokens)
+    assert [t for t in item["labels"] if t != IGNORE] == item["r"]
+    batch = collate_teacher([item, teacher_item(examples[2], codec, config)], codec.pad_id)
+    assert batch["labels"][1, batch["dec_mask"][1] == 0].eq(IGNORE).all()
+    one_round = MDRConfig(max_history_rounds=1)
+    assert len(student_item(examples[3], codec, one_round)["h"]) == 1
+    assert student_item(examples[3], codec, one_round)["h"][0] == codec.round_ids(
+        "nice city!", "thank you, it is cold.", one_round.max_history_tokens)
+    assert student_item(examples[3], codec, MDRConfig(max_history_rounds=0))["h"] == []
+    assert "r" not in student_item(examples[0], codec, config, with_response=False)
+
+
+def test_no_training_example_is_a_data_error(config, codec, gpt2):
+    with pytest.raises(DataError, match="no training example"):
+        MDRTeacherTask(config, [], None, codec, gpt2)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"hops": 0}, "hops"),
+    ({"sigma": 0.0}, "sigma"),
+    ({"sigma": float("inf")}, "sigma"),
+    ({"p0": "zeros"}, "p0"),
+    ({"p0_eval": "median"}, "p0_eval"),
+    ({"p0": "learned", "init_std": 0.0}, "same point"),
+    ({"decoder_init": "bert"}, "decoder_init"),
+    ({"max_history_rounds": -1}, "max_history_rounds"),
+    ({"max_response_tokens": 0}, "max_response_tokens"),
+    ({"sep_token": ""}, "sep_token"),
+    ({"model": " "}, "model"),
+])
+def test_config_checks(values, message):
+    with pytest.raises(ConfigError, match=message):
+        MDRConfig(**values)
+
+
+def test_config_round_trip_and_unknown_keys():
+    cfg = MDRConfig(hops=4, sigma=1.0)
+    assert MDRConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.separator == "<|endoftext|>" and MDRConfig(sep_token="<sep>").separator == "<sep>"
+    with pytest.raises(ConfigError, match="unknown mdr setting"):
+        MDRConfig.from_dict({"hop": 3})

@@ -1,0 +1,64 @@
+import numpy as np
+import pytest
+
+from pipelines.errors import ConfigError
+from pipelines.memory.embeddings import EmbeddingCache, Embedder, load_encoder, text_hash
+
+
+class FakeEncoder:
+    """Deterministic encoder: (count of 'a', count of 'b', 1), L2-normalised; records its calls."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def encode(self, sentences, **kwargs):
+        assert kwargs["normalize_embeddings"] is True and kwargs["convert_to_numpy"] is True
+        self.calls.append(list(sentences))
+        v = np.asarray([[s.count("a"), s.count("b"), 1.0] for s in sentences], dtype=np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_each_distinct_text_is_encoded_once_in_one_batch():
+    enc = FakeEncoder()
+    emb = Embedder(enc, "fake", cache=None, batch_size=8)
+    out = emb.embed(["ab", "ab", "b"])
+    assert enc.calls == [["ab", "b"]]
+    np.testing.assert_allclose(out, [[1 / np.sqrt(3)] * 3, [1 / np.sqrt(3)] * 3, [0, 1 / np.sqrt(2), 1 / np.sqrt(2)]],
+                               rtol=1e-6)
+    assert (emb.stats.encode_calls, emb.stats.encoded_texts, emb.stats.cache_hits) == (1, 2, 0)
+    assert emb.embed([]).shape == (0, 0)
+
+
+def test_second_run_is_served_from_the_disk_cache(tmp_path):
+    first = Embedder(FakeEncoder(), "fake", EmbeddingCache(tmp_path))
+    vectors = first.embed(["ab", "b", "aab"])
+    assert len(first.cache) == 3 and (tmp_path / "embeddings.sqlite3").exists()
+
+    enc = FakeEncoder()
+    second = Embedder(enc, "fake", EmbeddingCache(tmp_path))  # a new process would see the same file
+    again = second.embed(["aab", "ab", "b"])
+    assert enc.calls == []
+    assert (second.stats.encode_calls, second.stats.cache_hits) == (0, 3)
+    np.testing.assert_array_equal(again, vectors[[2, 0, 1]])
+
+    other_model = Embedder(FakeEncoder(), "other", EmbeddingCache(tmp_path))
+    other_model.embed(["ab"])
+    assert other_model.stats.encode_calls == 1  # the cache key includes the model name
+
+
+def test_forget_deletes_cached_vectors(tmp_path):
+    enc = FakeEncoder()
+    emb = Embedder(enc, "fake", EmbeddingCache(tmp_path))
+    emb.embed(["ab", "b"])
+    assert emb.forget(["ab", "never seen"]) == 1
+    assert len(emb.cache) == 1
+    assert emb.cache.get("fake", [text_hash("ab"), text_hash("b")]).keys() == {text_hash("b")}
+    emb.embed(["ab", "b"])
+    assert enc.calls[-1] == ["ab"]
+
+
+def test_batch_size_and_model_path_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="batch_size"):
+        Embedder(FakeEncoder(), batch_size=0)
+    with pytest.raises(ConfigError, match="not a local directory"):
+        load_encoder(str(tmp_path / "missing"))
