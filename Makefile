@@ -28,7 +28,7 @@ setup: .setup-stamp
 # The main job: the whole asset graph on the tiny profile, through Dagster.
 run: setup
 	$(VENV)/bin/dagster asset materialize -m assets.definitions --select '*'
-	@echo "Report: reports/benchmark.md  metrics: reports/metrics.json  plots: reports/*.png"
+	@echo "Report: reports/benchmark.md  metrics: reports/metrics.json  plots: reports/plots/*.png"
 
 test: setup
 	$(PY) -m pytest -q

@@ -191,6 +191,9 @@ def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode]) -> int:
             for episode in episodes:
                 f.write(episode.model_dump_json(exclude_defaults=True) + "\n")
                 count += 1
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -209,6 +212,12 @@ def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
 
     Raises DataError naming the file, the line and the field on any bad record.
     """
+    for _, episode in iter_numbered_episodes(path):
+        yield episode
+
+
+def iter_numbered_episodes(path: str | os.PathLike) -> Iterator[tuple[int, Episode]]:
+    """Like :func:`iter_episodes`, with the 1-based line number of each episode."""
     path = Path(path)
     if not path.exists():
         raise DataError("file does not exist", file=str(path))
@@ -236,7 +245,7 @@ def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
                                     field="version")
                 continue
             try:
-                yield Episode.model_validate(obj)
+                yield lineno, Episode.model_validate(obj)
             except ValidationError as exc:
                 field, msg = _first_error(exc)
                 raise DataError(msg, file=str(path), record=f"line {lineno}", field=field) from None

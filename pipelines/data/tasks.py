@@ -149,6 +149,9 @@ def write_mdr_examples(path: str | os.PathLike, examples: Iterable[MDRExample]) 
             for example in examples:
                 f.write(json.dumps(example.to_json(), ensure_ascii=False) + "\n")
                 count += 1
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

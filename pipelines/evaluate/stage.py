@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipelines.config import load_params
 from pipelines.data.schema import iter_episodes
 from pipelines.data.stage import canonical_dir
 from pipelines.registry import StageResult, stage
@@ -13,11 +14,17 @@ PLOTS = "reports/plots"
 RECALL_CSV = f"{PLOTS}/recall_at_k.csv"
 
 
+def _recall_plot() -> dict:
+    """DVC plot of turn-level recall@k, one line per configured strategy (from params.yaml)."""
+    strategies = load_params().get("benchmark", {}).get("strategies", [])
+    return {RECALL_CSV: {"x": "k", "y": [f"turn/{s}" for s in strategies], "template": "linear",
+                         "title": "Recall@k per strategy (turn level)", "y_label": "recall@k"}}
+
+
 @stage(name="benchmark", group="evaluate", params=("benchmark",),
        inputs=(canonical_dir("synthetic"),), outputs=(REPORT, METRICS, QUERIES, PLOTS),
        metrics=(METRICS,),
-       plots=({RECALL_CSV: {"x": "k", "template": "linear", "title": "Recall@k per strategy (turn level)"}},
-              f"{PLOTS}/recall_at_k.png", f"{PLOTS}/tokens_vs_recall.png"),
+       plots=(_recall_plot(), f"{PLOTS}/recall_at_k.png", f"{PLOTS}/tokens_vs_recall.png"),
        code=("pipelines/evaluate", "pipelines/memory"))
 def benchmark(ctx) -> StageResult:
     """Benchmark of the memory strategies on the synthetic test split (temporal protocol).
@@ -33,7 +40,7 @@ def benchmark(ctx) -> StageResult:
     episodes = list(iter_episodes(ctx.path(f"{canonical_dir('synthetic')}/{split}.jsonl")))
     out = run_benchmark(episodes, cfg["strategies"], ks=cfg["ks"], out_dir=ctx.path("reports"),
                         profile=ctx.profile, budget_tokens=cfg["budget_tokens"], suite="synthetic",
-                        strategy_settings=cfg.get("strategy_settings"))
+                        strategy_settings=_settings(ctx, cfg))
     if ctx.tracker is not None:
         for path in out["plots"]:
             ctx.tracker.log_artifact(path, artifact_path="plots")
@@ -43,3 +50,13 @@ def benchmark(ctx) -> StageResult:
             "benchmark_md": "\n\n".join(out["markdown"].values()) if isinstance(out["markdown"], dict) else out["markdown"],
             "report": str(ctx.path(REPORT))}
     return StageResult(metadata=meta, metrics=metrics)
+
+
+def _settings(ctx, cfg: dict) -> dict:
+    """Per-strategy settings: params.yaml ``benchmark.strategy_settings`` over project defaults."""
+    settings = {name: dict(values) for name, values in (cfg.get("strategy_settings") or {}).items()}
+    if "dense" in cfg["strategies"]:
+        dense = settings.setdefault("dense", {})
+        dense.setdefault("cache_dir", str(ctx.root / ".cache" / "embeddings"))
+        dense.setdefault("batch_size", cfg.get("embedding_batch_size", 64))
+    return settings

@@ -32,6 +32,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -221,8 +222,15 @@ class GraphMemoryBank:
         """Top-k entity nodes by cosine to ``query_vec`` (D,): [(node key, cosine)], best first."""
         if self._index is None or self._index.ntotal == 0:
             return []
+        import faiss
+
         k = min(k, self._index.ntotal)
-        scores, ids = self._index.search(query_vec.reshape(1, -1).astype(np.float32), k)  # (1, k)
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)  # one query: OpenMP start-up costs more than it saves
+        try:
+            scores, ids = self._index.search(query_vec.reshape(1, -1).astype(np.float32), k)  # (1, k)
+        finally:
+            faiss.omp_set_num_threads(threads)
         return [(self._vid_node[int(i)], float(s)) for s, i in zip(scores[0], ids[0]) if i >= 0]
 
     def edges_within(self, nodes: Iterable[str], hops: int) -> np.ndarray:
@@ -231,23 +239,21 @@ class GraphMemoryBank:
         1 hop = every edge touching a node (either direction); h hops = every edge touching a node
         reachable from ``nodes`` in at most h - 1 undirected steps.
         """
-        g = self.graph
+        # networkx's own adjacency dicts (succ[u][v] = {key: attrs}), read without its view
+        # wrappers: this loop is the hot path of every query.
+        succ, pred = self.graph._succ, self.graph._pred
         reached = set(nodes)
         frontier = set(reached)
         for _ in range(hops - 1):
             step = set()
             for n in frontier:
-                step.update(g.succ[n])
-                step.update(g.pred[n])
+                step.update(succ[n])
+                step.update(pred[n])
             frontier = step - reached
             reached |= frontier
-        tids: list[int] = []
-        for n in reached:
-            for keys in g.succ[n].values():
-                tids.extend(keys)
-            for keys in g.pred[n].values():
-                tids.extend(keys)
-        return np.unique(np.asarray(tids, dtype=np.int64))
+        keydicts = chain.from_iterable(chain(succ[n].values(), pred[n].values()) for n in reached)
+        tids = np.fromiter(chain.from_iterable(keydicts), dtype=np.int64)
+        return np.unique(tids)
 
     def columns(self, tids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(vectors (C, D), importance (C,), last_accessed (C,), text hashes (C,)) of ``tids``."""

@@ -39,8 +39,9 @@ def sentence_features(encoder: nn.Module, input_ids: torch.Tensor, attention_mas
 
 
 def freeze(module: nn.Module) -> nn.Module:
-    """Freeze ``module`` in place (no gradient, eval mode: no dropout) and return it."""
+    """Freeze ``module`` in place (no gradient, stale gradients dropped, eval mode: no dropout)."""
     for p in module.parameters():
         p.requires_grad_(False)
+        p.grad = None
     module.eval()
     return module

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from pipelines.errors import DataError
@@ -139,8 +139,7 @@ class MDRStudent(nn.Module):
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         self.student.save_pretrained(str(out_dir / "encoder"))
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.memory.state_dict().items()},
-                  str(out_dir / "memory_net.safetensors"))
+        save_model(self.memory, str(out_dir / "memory_net.safetensors"))  # handles tied P/R-Update weights
         (out_dir / "mdr_student.json").write_text(json.dumps({"memory_net": self.memory.settings()}, indent=2))
 
     @classmethod
@@ -150,7 +149,7 @@ class MDRStudent(nn.Module):
         path = Path(path)
         meta = json.loads((path / "mdr_student.json").read_text())
         memory = MemoryNet(**meta["memory_net"])
-        memory.load_state_dict(load_file(str(path / "memory_net.safetensors")))
+        load_model(memory, str(path / "memory_net.safetensors"))
         encoder = AutoModel.from_pretrained(str(path / "encoder"), local_files_only=True)
         return cls(encoder, teacher_encoder, memory)
 

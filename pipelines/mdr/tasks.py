@@ -35,7 +35,7 @@ from pipelines.mdr.student import MDRStudent, cache_response_features, compute_s
 from pipelines.mdr.teacher import MDRTeacher, base_model, compute_teacher_loss
 from pipelines.mdr.text import IGNORE, Codec, pad
 from pipelines.mdr.token_weights import compute_token_loss
-from pipelines.errors import DataError
+from pipelines.errors import ConfigError, DataError
 
 PAPER = "MDR: Memory Distillation and Reproduction for Personalized Dialogue Generation (seed 001)"
 FEATURES_FILE = "response_features.safetensors"
@@ -43,12 +43,25 @@ FEATURES_FILE = "response_features.safetensors"
 GPT2Factory = Callable[[], nn.Module]
 
 
-def gpt2_factory(spec: str, vocab_size: int) -> GPT2Factory:
-    """A factory of fresh GPT2LMHeadModels from the project's model builder (imported on use)."""
+def gpt2_factory(spec: str, codec: Codec) -> GPT2Factory:
+    """A factory of fresh GPT2LMHeadModels (``pipelines.models.gpt2.build_gpt2``: a profile name such
+    as "tiny" / "paper", or a local pretrained directory) over the codec's vocabulary."""
     def make() -> nn.Module:
         from pipelines.models.gpt2 import build_gpt2
-        return build_gpt2(spec, vocab_size)
+        return build_gpt2(spec, codec.vocab_size, bos_token_id=codec.eos_id, eos_token_id=codec.eos_id,
+                          pad_token_id=codec.pad_id)
     return make
+
+
+def check_positions(lm: nn.Module, cfg: MDRConfig) -> None:
+    """ConfigError when the longest MDR sequence does not fit the model's position table."""
+    limit = getattr(lm.config, "n_positions", None) or getattr(lm.config, "max_position_embeddings", None)
+    longest = max(cfg.prefix_tokens + cfg.max_query_tokens + cfg.max_response_tokens + 2,
+                  cfg.max_persona_tokens + 1, cfg.max_history_tokens + 1)
+    if limit is not None and longest > limit:
+        raise ConfigError(f"the longest MDR sequence has {longest} positions (prefix + query + sep + response + "
+                          f"eos, or a persona / history round + eos) but model {cfg.model!r} has {limit}: lower "
+                          f"mdr.max_*_tokens or use a model with more positions.")
 
 
 class ItemDataset(Dataset):
@@ -165,7 +178,9 @@ class MDRTeacherTask(_MDRTask):
         self.gpt2 = gpt2
 
     def build_model(self) -> MDRTeacher:
-        return MDRTeacher.build(self.gpt2, self.config.prefix_tokens)
+        teacher = MDRTeacher.build(self.gpt2, self.config.prefix_tokens)
+        check_positions(teacher.decoder.lm, self.config)
+        return teacher
 
     def _item(self, example: MDRExample) -> dict:
         return teacher_item(example, self.codec, self.config)
@@ -197,7 +212,9 @@ class MDRStudentTask(_MDRTask):
         memory = MemoryNet(self.teacher.hidden, cfg.hops, p0=cfg.p0, init_std=cfg.init_std,
                            share_weights=cfg.share_update_weights, p0_eval=cfg.p0_eval,
                            eval_seed=cfg.eval_seed)
-        return MDRStudent(base_model(self.gpt2()), self.teacher.encoder, memory)
+        student = base_model(self.gpt2())
+        check_positions(student, cfg)
+        return MDRStudent(student, self.teacher.encoder, memory)
 
     def _item(self, example: MDRExample) -> dict:
         return student_item(example, self.codec, self.config)
@@ -229,7 +246,6 @@ class MDRDecoderTask(_MDRTask):
                  gpt2: GPT2Factory | None = None, features_source: str = FEATURES_FILE):
         super().__init__(config, train, valid, codec)
         if config.decoder_init == "fresh" and gpt2 is None:
-            from pipelines.errors import ConfigError
             raise ConfigError("mdr.decoder_init is 'fresh' but no GPT-2 factory was given to build the decoder.")
         self.teacher, self.features, self.gpt2 = teacher.freeze(), features, gpt2
         self.features_source = features_source
@@ -242,6 +258,7 @@ class MDRDecoderTask(_MDRTask):
             decoder.train()
         else:
             decoder = PrefixLM(self.gpt2(), self.teacher.hidden, self.config.prefix_tokens)
+        check_positions(decoder.lm, self.config)
         return MDRDecoder(decoder, self.teacher.encoder, self.config.sigma)
 
     def _item(self, example: MDRExample) -> dict:

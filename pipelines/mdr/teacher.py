@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from pipelines.errors import ConfigError
 from pipelines.mdr.features import freeze, sentence_features, token_features
 from pipelines.mdr.prefix_lm import PrefixLM, PrefixLMOutput
 from pipelines.mdr.token_weights import compute_token_loss
@@ -90,7 +91,6 @@ class MDRTeacher(nn.Module):
         from transformers import AutoModel
         path = Path(path)
         if not (path / "mdr_teacher.json").exists():
-            from pipelines.errors import ConfigError
             raise ConfigError(f"{path} holds no MDR teacher (mdr_teacher.json is missing): run mdr_teacher first.")
         encoder = AutoModel.from_pretrained(str(path / "encoder"), local_files_only=True)
         teacher = cls(encoder, PrefixLM.load(path / "decoder"))

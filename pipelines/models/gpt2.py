@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipelines.errors import ConfigError
-from pipelines.models._hf import attn_implementation, check_positive, load_pretrained
+from pipelines.models._hf import attn_implementation as _attn_implementation
+from pipelines.models._hf import check_positive, load_pretrained
 
 
 @dataclass(frozen=True)
@@ -85,22 +86,25 @@ def resolve_gpt2_spec(spec: GPT2Spec | dict | str) -> GPT2Spec | None:
 
 def build_gpt2(spec_or_name_or_path: GPT2Spec | dict | str | Path, vocab_size: int | None = None, *,
                lm_head: bool = True, bos_token_id: int | None = None, eos_token_id: int | None = None,
-               pad_token_id: int | None = None, **from_pretrained_kwargs):
+               pad_token_id: int | None = None, attn_implementation: str | None = None,
+               **from_pretrained_kwargs):
     """A GPT-2: random init from a spec / profile name, or ``from_pretrained`` for a name or directory.
 
     Returns ``GPT2LMHeadModel`` (``lm_head=True``, a decoder) or ``GPT2Model`` (hidden
     states only, an encoder). For a spec, ``vocab_size`` is required; for a pretrained
     model it resizes the embeddings when it differs (new rows are randomly initialised).
+    ``attn_implementation``: None = SDPA; "eager" when attention weights are read.
     """
     from transformers import GPT2LMHeadModel, GPT2Model
 
     cls = GPT2LMHeadModel if lm_head else GPT2Model
     spec = resolve_gpt2_spec(spec_or_name_or_path) if not isinstance(spec_or_name_or_path, Path) else None
+    attn = attn_implementation or _attn_implementation(cls)
     if spec is None:
         return load_pretrained(cls, spec_or_name_or_path, model_type="gpt2", vocab_size=vocab_size,
-                               **from_pretrained_kwargs)
+                               attn_implementation=attn, **from_pretrained_kwargs)
     if vocab_size is None:
         raise ConfigError("build_gpt2 needs vocab_size to initialise a model from a spec (use len(tokenizer)).")
     config = spec.to_config(vocab_size, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
-                            pad_token_id=pad_token_id, attn_implementation=attn_implementation(cls))
+                            pad_token_id=pad_token_id, attn_implementation=attn)
     return cls(config)

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipelines.errors import ConfigError
-from pipelines.models._hf import attn_implementation, check_positive, load_pretrained
+from pipelines.models._hf import attn_implementation as _attn_implementation
+from pipelines.models._hf import check_positive, load_pretrained
 
 FEED_FORWARD = ("relu", "gated-gelu")
 
@@ -97,21 +98,24 @@ def resolve_t5_spec(spec: T5Spec | dict | str) -> T5Spec | None:
 
 def build_t5(spec_or_name_or_path: T5Spec | dict | str | Path, vocab_size: int | None = None, *,
              pad_token_id: int = 0, eos_token_id: int = 1, decoder_start_token_id: int | None = None,
-             **from_pretrained_kwargs):
+             attn_implementation: str | None = None, **from_pretrained_kwargs):
     """A ``T5ForConditionalGeneration``: random init from a spec / name, or ``from_pretrained``.
 
     The decoder starts from ``decoder_start_token_id`` (default: the pad token, as in T5).
     For a pretrained model ``vocab_size`` resizes the embeddings when it differs.
+    ``attn_implementation``: None = SDPA; "eager" when attention weights are read
+    (``output_attentions``, e.g. G-Long's cross-attention importance scores).
     """
     from transformers import T5ForConditionalGeneration
 
     cls = T5ForConditionalGeneration
     spec = resolve_t5_spec(spec_or_name_or_path) if not isinstance(spec_or_name_or_path, Path) else None
+    attn = attn_implementation or _attn_implementation(cls)
     if spec is None:
         return load_pretrained(cls, spec_or_name_or_path, model_type="t5", vocab_size=vocab_size,
-                               **from_pretrained_kwargs)
+                               attn_implementation=attn, **from_pretrained_kwargs)
     if vocab_size is None:
         raise ConfigError("build_t5 needs vocab_size to initialise a model from a spec (use len(tokenizer)).")
     config = spec.to_config(vocab_size, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
-                            decoder_start_token_id=decoder_start_token_id, attn_implementation=attn_implementation(cls))
+                            decoder_start_token_id=decoder_start_token_id, attn_implementation=attn)
     return cls(config)

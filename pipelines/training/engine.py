@@ -168,7 +168,9 @@ def _unwrapped_for_saving(accelerator, model, task: TrainTask, zero3: bool):
         full = task.build_model()
         full.load_state_dict(state_dict)
         return full
-    return accelerator.unwrap_model(model) if accelerator.is_main_process else None
+    if not accelerator.is_main_process:
+        return None
+    return accelerator.unwrap_model(model, keep_fp32_wrapper=False, keep_torch_compile=False)
 
 
 def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = True,

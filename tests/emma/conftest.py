@@ -9,6 +9,7 @@ visit Leo in Lisbon." -> S1:M2 (across speakers); S3:M1 "Leo moved to Lisbon." -
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pipelines.data.schema import Episode, Memory, MemoryLink, Session, Speaker, Turn
 
@@ -54,3 +55,13 @@ def mia_episode() -> Episode:
 @pytest.fixture
 def episode() -> Episode:
     return mia_episode()
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One intra-op thread while an EMMA test runs: on a shared 2-core machine, two spinning OpenMP
+    threads per process slow a MiniLM step by 3-5x; restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

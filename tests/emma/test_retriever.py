@@ -107,19 +107,61 @@ def test_save_and_load_round_trip(tmp_path, minilm):
     assert again.config.memory_max_length == 32
 
 
-def test_a_few_steps_raise_recall_at_1(minilm):
+@pytest.fixture(scope="module")
+def synthetic_task():
+    episodes = generate(SyntheticConfig(episodes=4, sessions=4, turns=8, partners=3, recall_rate=0.6))
+    return R.RetrieverTask(R.RetrieverConfig(lr=2e-4, batch_size=8), episodes, episodes)
+
+
+def test_task_follows_the_engine_protocol(synthetic_task):
+    from pipelines.training.config import TrainTask
+
+    assert isinstance(synthetic_task, TrainTask)
+    tc = R.RetrieverConfig().train_config("out")
+    assert (tc.lr, tc.batch_size, tc.epochs, tc.early_stopping_patience) == (1e-4, 90, 20, 2)
+
+
+def test_collate_and_hard_negative_mining(synthetic_task, minilm):
+    items = synthetic_task.train_dataset()[:3]
+    batch = synthetic_task.collate(items)
+    pool = sorted({n for i in items for n in i.negatives})
+    assert batch["pool_ids"].shape[0] == len(pool)
+    assert batch["negative_index"].shape == (3, max(len(i.negatives) for i in items))
+    assert batch["memory_ids"].shape[1] <= 32
+    minilm.eval()
+    with torch.no_grad():
+        anchor, positive, negative = minilm(**batch)
+        # brute force: the negative with the highest cosine to each anchor
+        for b, item in enumerate(items):
+            c = minilm.encode_context([item.context])
+            sims = torch.nn.functional.cosine_similarity(c, minilm.encode_memory(list(item.negatives)))
+            hardest = item.negatives[int(sims.argmax())]
+            assert torch.allclose(negative[b], minilm.encode_memory([hardest])[0], atol=1e-4)
+            assert torch.allclose(positive[b], minilm.encode_memory([item.positive])[0], atol=1e-4)
+            assert torch.allclose(anchor[b], c[0], atol=1e-4)
+    loss, n_tokens = synthetic_task.compute_loss(minilm, batch)
+    assert n_tokens == int(batch["context_mask"].sum()) and loss.item() >= 0
+
+
+def test_random_negative_when_mining_is_off(synthetic_task):
+    task = R.RetrieverTask.__new__(R.RetrieverTask)
+    task.__dict__.update(synthetic_task.__dict__)
+    task.config = R.RetrieverConfig(hard_negatives=False)
+    batch = task.collate(synthetic_task.train_dataset()[:4])
+    assert batch["negative_index"].shape == (4, 1)
+
+
+def test_a_few_steps_raise_recall_at_1(synthetic_task, minilm):
     """Two epochs of two steps on a 4-episode synthetic fixture (15 tagged turns) lift recall@1 and MRR."""
     import copy
 
     torch.manual_seed(0)
-    episodes = generate(SyntheticConfig(episodes=4, sessions=4, turns=8, partners=3, recall_rate=0.6))
-    cfg = R.RetrieverConfig(lr=2e-4, batch_size=8)
-    task = R.RetrieverTask(cfg, episodes, episodes)
+    task = synthetic_task
     model = copy.deepcopy(minilm)
     before = task.evaluate(model)
     data = task.train_dataset()
     assert before["queries"] == len(data) == 15
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=task.config.lr)
     model.train()
     for step in range(4):
         loss, n_tokens = task.compute_loss(model, task.collate(data[8 * (step % 2):][:8]))

@@ -59,28 +59,29 @@ def test_extractor_encoding_masks_the_prompt(episodes, tmp_path):
 
 def test_extractor_qlora_steps_reduce_loss(episodes, tmp_path):
     train_ex = extraction_examples([e for e in episodes if e.split == "train"])
-    test_ex = extraction_examples([e for e in episodes if e.split == "test"])
+    test_ex = extraction_examples([e for e in episodes if e.split == "test"])[:3]
     cfg = ExtractorTrainConfig(lora_r=8, lora_alpha=16, lora_dropout=0.0, tokenizer_vocab=600,
-                               max_length=256, max_new_tokens=48, lora_lm_head=True)
+                               max_length=256, max_new_tokens=24, lora_lm_head=True)
     task = GLongExtractorTask(train_ex, None, cfg, tmp_path / "base")
-    model = task.build_model()
-    import bitsandbytes as bnb
-
-    four_bit = [n for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)]
-    assert len(four_bit) == 8                            # every linear projection of 2 blocks
-    assert all(p.requires_grad == ("lora_" in n) for n, p in model.named_parameters())
-    assert any("lm_head.lora_A" in n for n, _ in model.named_parameters())
     summary = _run(task, tmp_path / "run", steps=10, lr=5e-3)
     first, last = _first_last(summary)
     assert last < first - 1.0, summary.train_losses
     final = tmp_path / "run" / "final"
     meta = json.loads((final / "extractor.json").read_text())
-    assert meta == {"arch": "causal", "base": "base", "quantize_4bit": True, "max_new_tokens": 48}
+    assert meta == {"arch": "causal", "base": "base", "quantize_4bit": True, "max_new_tokens": 24}
     extractor = load_extractor(final, batch_size=8)
-    metrics = evaluate_extractor(extractor, test_ex[:6])
-    assert metrics["parse_valid"] + metrics["parse_repaired"] + metrics["parse_dropped"] == 6
+    import bitsandbytes as bnb
+
+    model = extractor.model
+    four_bit = [n for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert len(four_bit) == 8                            # every linear projection of 2 blocks
+    assert {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters()
+            if "lora_A" in n} == \
+        {"c_attn", "c_proj", "c_fc", "lm_head"}
+    metrics = evaluate_extractor(extractor, test_ex)
+    assert metrics["parse_valid"] + metrics["parse_repaired"] + metrics["parse_dropped"] == 3
     assert 0.0 <= metrics["triplet_f1"] <= 1.0
-    assert metrics["triplet_gold"] == sum(len(e.triplets) for e in test_ex[:6])
+    assert metrics["triplet_gold"] == sum(len(e.triplets) for e in test_ex)
 
 
 def test_extractor_seq2seq_lora_steps_reduce_loss(episodes, tmp_path):

@@ -105,6 +105,18 @@ def test_cache_round_trip(config, codec, examples, gpt2, teacher, tmp_path):
                           cached["e1/t4"], atol=1e-5)
 
 
+def test_save_and_load_with_tied_updates(codec, examples, gpt2, teacher, tmp_path):
+    from pipelines.mdr.config import MDRConfig
+    cfg = MDRConfig(hops=2, share_update_weights=True, p0="learned")
+    model = MDRStudentTask(cfg, examples, None, codec, teacher, gpt2).build_model()
+    model.save(tmp_path)
+    loaded = MDRStudent.load(tmp_path, teacher.encoder)
+    assert loaded.memory.r_update is loaded.memory.p_update
+    assert torch.equal(loaded.memory.p0, model.memory.p0)
+    for a, b in zip(loaded.memory.parameters(), model.memory.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_cache_errors(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         load_response_features(tmp_path / "none.safetensors")

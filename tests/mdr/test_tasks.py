@@ -63,6 +63,23 @@ def test_three_stages_end_to_end(config, codec, examples, gpt2, tmp_path):
     assert (tmp_path / "decoder" / "tokenizer" / "tokenizer.json").exists()
 
 
+def test_with_the_project_tokenizer_and_gpt2_builder(config, examples, tmp_path):
+    from pipelines.models.tokenizers import train_bpe_tokenizer
+    from pipelines.mdr.tasks import gpt2_factory
+    from pipelines.mdr.text import Codec, load_codec
+    texts = [t for e in examples for t in (e.query, e.response, *e.persona)]
+    codec = Codec(train_bpe_tokenizer(texts, 300, tmp_path / "tok"))
+    assert load_codec(tmp_path / "tok").encode("i live in oslo.") == codec.encode("i live in oslo.")
+    task = MDRTeacherTask(config, examples, None, codec, gpt2_factory("tiny", codec))
+    model = task.build_model()
+    assert model.decoder.lm.config.eos_token_id == codec.eos_id and model.hidden == 64
+    loss, n = task.compute_loss(model, task.collate(list(task.train_dataset())))
+    assert n == sum(len(codec.encode(e.response)) + 1 for e in examples) and loss.item() > 0
+    short = MDRTeacherTask(config, examples, None, codec, gpt2_factory({"n_positions": 32}, codec))
+    with pytest.raises(ConfigError, match="positions"):
+        short.build_model()
+
+
 def test_items(config, codec, examples):
     item = teacher_item(examples[1], codec, config)
     assert item["r"] == codec.encoder_ids("yes, two dogs.", config.max_response_tokens)

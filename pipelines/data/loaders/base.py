@@ -47,6 +47,7 @@ class LoadResult:
     dropped: Counter[str] = field(default_factory=Counter)        # reason -> number of parts left out
     examples: dict[str, list[str]] = field(default_factory=dict)  # reason -> a few "file record: detail"
     flagged: Counter[str] = field(default_factory=Counter)        # reason -> parts kept but flagged
+    records: dict[str, str] = field(default_factory=dict)         # episode id -> "file line N" (for reports)
 
     def _example(self, reason: str, example: str) -> None:
         kept = self.examples.setdefault(reason, [])
@@ -199,11 +200,11 @@ def _utf8_error(data: bytes, exc: UnicodeDecodeError, path: Path) -> DataError:
 
 
 def read_text(path: str | Path) -> str:
-    """The whole file as text; DataError with the byte offset and line of bad UTF-8."""
+    """The whole file as text, a leading BOM dropped; DataError with byte offset and line of bad UTF-8."""
     path = require_file(path)
     data = path.read_bytes()
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise _utf8_error(data, exc, path) from None
 
@@ -230,6 +231,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
             except UnicodeDecodeError as exc:
                 raise DataError(f"not UTF-8 ({exc.reason} at byte {exc.start} of the line)",
                                 file=str(path), record=f"line {lineno}") from None
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")
             if not line.strip():
                 continue
             try:

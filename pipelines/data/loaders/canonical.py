@@ -11,12 +11,14 @@ from pathlib import Path
 
 from pipelines.data.loaders import register
 from pipelines.data.loaders.base import LoadResult, files_in
-from pipelines.data.schema import iter_episodes
+from pipelines.data.schema import iter_numbered_episodes
 
 
 @register("canonical")
 def load(path: str | Path) -> LoadResult:
     result = LoadResult()
     for file in files_in(path, "*.jsonl"):
-        result.episodes.extend(iter_episodes(file))
+        for lineno, episode in iter_numbered_episodes(file):
+            result.episodes.append(episode)
+            result.records[episode.id] = f"{Path(file).name} line {lineno}"
     return result

@@ -62,9 +62,9 @@ def _episode(data: object, where: Where, file: Path, result: LoadResult) -> Epis
     dialogues = get(data, "dialogues", list, where)
 
     sessions: list[Session] = []
-    raw_turns: dict[str, list[object]] = {}        # session id -> its raw dialogue_turns
+    raw_turns: dict[str, tuple[int, list[object]]] = {}  # session id -> (its position, raw dialogue_turns)
     memory_ids: set[str] = set()
-    memory_by_content: dict[tuple[str, str], str] = {}  # (session uuid, content) -> memory id
+    memory_by_content: dict[tuple[str, str], str] = {}   # (session uuid, content) -> memory id
     for i, raw in enumerate(dialogues):
         swhere = where.at(f"dialogues[{i}]")
         with result.dropping("bad_session"):
@@ -82,14 +82,14 @@ def _episode(data: object, where: Where, file: Path, result: LoadResult) -> Epis
                     session.memories.append(memory)
                     memory_by_content.setdefault((session.id, memory.text.strip()), memory.id)
             sessions.append(session)
-            raw_turns[session.id] = get(raw, "dialogue_turns", list, swhere)
+            raw_turns[session.id] = (i, get(raw, "dialogue_turns", list, swhere))
 
     order = {s.id: s.index for s in sessions}
     queries: list[Query] = []
     for session in sessions:
-        swhere = where.at(f"dialogues[session {session.id}]")
+        position, raw = raw_turns[session.id]
+        swhere = where.at(f"dialogues[{position}]")
         turns = {t.id: t for t in session.turns}
-        raw = raw_turns[session.id]
         for j, item in enumerate(raw):
             if not (isinstance(item, dict) and item.get("is_query") is True and f"{session.id}:{j}" in turns):
                 continue

@@ -35,7 +35,7 @@ def test_counts_and_drops(result):
                                     "unparsed_date": 1, "unresolved_evidence": 1, "unresolved_memory": 1}
     assert dict(result.flagged) == {EVIDENCE_NOT_EARLIER: 1}
     assert result.examples[EVIDENCE_NOT_EARLIER] == [
-        f"{FILE} top level dialogues[session u2] dialogue_turns[2]: query Q2 names the current or a later session"]
+        f"{FILE} top level dialogues[1] dialogue_turns[2]: query Q2 names the current or a later session"]
 
 
 def test_sessions_and_memories(result):
