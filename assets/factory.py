@@ -57,21 +57,21 @@ def materialize_result(stage: Stage, result: StageResult) -> dg.MaterializeResul
 
 
 def pipes_command(stage: Stage, mnemos: MnemosResource) -> list[str]:
-    """The launcher command that runs ``assets.pipes_entry STAGE`` on every rank."""
-    module = ["-m", "assets.pipes_entry", stage.name]
+    """The launcher command that runs ``assets.pipes_entry STAGE`` on every rank.
+
+    One local process needs no launcher; anything else goes through
+    ``pipelines.training.launch.launch_command`` (accelerate / torchrun / deepspeed).
+    """
+    entry = ["-m", "assets.pipes_entry", stage.name]
     if mnemos.launcher == "python" or (mnemos.launcher == "accelerate" and mnemos.num_processes == 1
                                         and not mnemos.launcher_config):
-        return [sys.executable, *module]
-    if mnemos.launcher == "accelerate":
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(mnemos.num_processes)]
-        if mnemos.launcher_config:
-            cmd += ["--config_file", mnemos.launcher_config]
-        return cmd + module
-    if mnemos.launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(mnemos.num_processes), *module]
+        return [sys.executable, *entry]
+    from pipelines.training.launch import launch_command
+
     if mnemos.launcher == "deepspeed":
-        return ["deepspeed", "--num_gpus", str(mnemos.num_processes), "--module", *module[1:]]
-    raise dg.DagsterInvalidConfigError(f"unknown launcher {mnemos.launcher!r}", [], None)
+        entry = ["--module", "assets.pipes_entry", stage.name]
+    return launch_command(stage.name, launcher=mnemos.launcher, accelerate_config=mnemos.launcher_config,
+                          num_processes=mnemos.num_processes, entry=entry)
 
 
 def build_asset(stage: Stage) -> dg.AssetsDefinition:

@@ -97,7 +97,7 @@ def run_engine(args) -> dict:
 
     with tempfile.TemporaryDirectory() as out:
         cfg = TrainConfig(output_dir=out, lr=1e-4, warmup_steps=0, max_steps=args.steps, batch_size=args.batch_size,
-                          save_every=10**9, eval_every=10**9, log_every=1, early_stopping_patience=None,
+                          save_every=10**9, eval_every=10**9, log_every=args.log_every, early_stopping_patience=None,
                           compile=args.compile, keep_checkpoints=1)
         summary = train(LMTask(args), cfg, progress=False, callback=record)
     # windows hold equal token counts, so the steady-state rate is their harmonic mean
@@ -159,6 +159,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", type=int, default=None, help="warm-up steps left out of the timing")
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--compile", action="store_true", help="engine with torch.compile")
+    ap.add_argument("--log-every", type=int, default=1, help="engine: steps per logged window (each log syncs)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device bf16 peak for MFU (default: by name)")
     ap.add_argument("--only", choices=["engine", "hf"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -175,7 +176,8 @@ def main(argv=None) -> int:
     results = {}
     for contender in ("engine", "hf"):
         cmd = [sys.executable, __file__, "--only", contender, "--seq-len", str(args.seq_len), "--batch-size",
-               str(args.batch_size), "--steps", str(args.steps), "--skip", str(args.skip), "--vocab", str(args.vocab)]
+               str(args.batch_size), "--steps", str(args.steps), "--skip", str(args.skip), "--vocab", str(args.vocab),
+               "--log-every", str(args.log_every)]
         cmd += ["--tiny"] if args.tiny else []
         cmd += ["--compile"] if args.compile and contender == "engine" else []
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -191,7 +193,8 @@ def main(argv=None) -> int:
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device), None)
     fpt = flops_per_token(args)
     for name, res in results.items():
-        res.update(device=device, seq_len=args.seq_len, batch_size=args.batch_size, compile=args.compile and name == "engine")
+        res.update(device=device, seq_len=args.seq_len, batch_size=args.batch_size,
+                   compile=args.compile and name == "engine")
         if peak and device != "cpu":
             res["mfu"] = res["tokens_per_s"] * fpt / (peak * 1e12)
         print(json.dumps({name: res}))

@@ -12,6 +12,7 @@ import yaml
 
 # Stage modules, in pipeline order. Importing them fills the registry.
 from pipelines.data import stage as _data_stages  # noqa: F401
+from pipelines.mdr import stage as _mdr_stages  # noqa: F401
 from pipelines.evaluate import stage as _evaluate_stages  # noqa: F401
 from pipelines.registry import Stage, registered
 

@@ -44,7 +44,7 @@ import os
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Literal, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 from pipelines.data.schema import Episode, Memory, Session
 from pipelines.errors import ConfigError, DataError
@@ -293,9 +293,12 @@ class EpisodeView:
 
 # --- the three task builders ------------------------------------------------------------------------
 
-def generation_examples(episode: Episode, config: FormatConfig | None = None,
-                        file: str | None = None) -> list[Example]:
-    """One example per turn of the main speaker: its memory tags as [MEMORY] (with their links)."""
+def generation_examples(episode: Episode, config: FormatConfig | None = None, file: str | None = None,
+                        count_tokens: Callable[[str], int] | None = None, budget: int | None = None) -> list[Example]:
+    """One example per turn of the main speaker: its memory tags as [MEMORY] (with their links).
+
+    With ``count_tokens`` and ``budget`` (the model's max input length), the oldest turns of a long
+    session are dropped until the sequence fits (:func:`fit_history`)."""
     view = EpisodeView(episode, config, file=file)
     out = []
     for session in episode.sessions:
@@ -313,6 +316,8 @@ def generation_examples(episode: Episode, config: FormatConfig | None = None,
                                     record=f"episode {episode.id}, session {session.id}",
                                     field="memory_tags", rule="memory_tag_from_earlier_session")
             inp = view.generation_input(session, pos, turn.memory_tags)
+            if count_tokens is not None and budget is not None:
+                inp = fit_history(inp, count_tokens, budget)
             out.append(Example("generation", inp.render(), turn.text.strip(), episode.id, session.id, turn.id))
     return out
 
@@ -361,11 +366,19 @@ def link_examples(episode: Episode, config: FormatConfig | None = None,
 BUILDERS = {"generation": generation_examples, "summarize": summarize_examples, "link": link_examples}
 
 
-def build_examples(episodes: Iterable[Episode], config: FormatConfig | None = None,
-                   file: str | None = None) -> list[Example]:
-    """All examples of ``config.tasks`` for ``episodes``, task by task within each episode."""
+def build_examples(episodes: Iterable[Episode], config: FormatConfig | None = None, file: str | None = None,
+                   count_tokens: Callable[[str], int] | None = None, budget: int | None = None) -> list[Example]:
+    """All examples of ``config.tasks`` for ``episodes``, task by task within each episode (generation
+    inputs fitted to ``budget`` tokens when a counter is given)."""
     cfg = config or FormatConfig()
-    return [ex for episode in episodes for task in cfg.tasks for ex in BUILDERS[task](episode, cfg, file)]
+    out = []
+    for episode in episodes:
+        for task in cfg.tasks:
+            if task == "generation":
+                out += generation_examples(episode, cfg, file, count_tokens, budget)
+            else:
+                out += BUILDERS[task](episode, cfg, file)
+    return out
 
 
 # --- storage ----------------------------------------------------------------------------------------

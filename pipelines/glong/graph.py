@@ -2,9 +2,9 @@
 
 - Nodes V: unique entities (subjects and objects), keyed by their normalised text (whitespace
   collapsed, case-folded); each node keeps its first-seen surface form (``name``) and an integer
-  ``vid``, its id in a dense vector index of entity embeddings (faiss ``IndexIDMap2`` over
-  ``IndexFlatIP`` on L2-normalised vectors, so inner product = cosine). The paper used ChromaDB;
-  see ``benchmarks/graph_retrieval.py`` for the comparison.
+  ``vid``, its id in a dense vector index of entity embeddings (L2-normalised, so inner product =
+  cosine): exact faiss ``IndexFlatIP`` by default, or hnswlib HNSW for very large memories
+  (:mod:`.entity_index`). The paper used ChromaDB; ``benchmarks/graph_retrieval.py`` compares.
 - Edges E: a networkx MultiDiGraph (several relations may join the same two entities); each edge
   is one stored triplet, keyed by an integer triplet id ``tid`` that is never reused, carrying the
   attribute-rich container of the paper, e_ij = (r, I, t_created, t_access), plus its provenance:
@@ -21,8 +21,9 @@ without an edge (graph node, vector-index entry, id map). :meth:`GraphMemoryBank
 checks that all structures agree.
 
 Saved as a folder: ``graph.json`` (networkx node-link data + metadata), ``entities.faiss``
-(``faiss.write_index``), ``triplet_vectors.npy`` and ``triplet_ids.npy``; :meth:`load` restores
-an identical bank (same attributes, same retrieval results).
+(``faiss.write_index``; ``entities.hnsw`` for HNSW), ``triplet_vectors.npy`` and
+``triplet_ids.npy``; :meth:`load` restores an identical bank (same attributes, same retrieval
+results).
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ import numpy as np
 
 from pipelines.data.schema import Triplet
 from pipelines.errors import DataError
+from pipelines.glong.entity_index import FILE_NAMES, IndexKind, load_index, make_index
 
 FORMAT = "mnemos.glong.graph"
 FORMAT_VERSION = 1
-GRAPH_FILE, INDEX_FILE, VECTORS_FILE, IDS_FILE = ("graph.json", "entities.faiss",
-                                                   "triplet_vectors.npy", "triplet_ids.npy")
+GRAPH_FILE, VECTORS_FILE, IDS_FILE = "graph.json", "triplet_vectors.npy", "triplet_ids.npy"
 
 
 def entity_key(name: str) -> str:
@@ -97,10 +98,13 @@ class StoredFact:
 class GraphMemoryBank:
     """Entities in a vector index, triplets as attribute-rich edges of a MultiDiGraph."""
 
-    def __init__(self, embedder):
+    def __init__(self, embedder, entity_index: IndexKind = "flat"):
+        if entity_index not in FILE_NAMES:
+            raise ValueError(f"entity_index must be 'flat' or 'hnsw', got {entity_index!r}")
         self.embedder = embedder             # has embed(texts) -> (N, D) normalised, forget(texts)
+        self.index_kind = entity_index       # "flat" (exact faiss) or "hnsw" (hnswlib)
         self.graph = nx.MultiDiGraph()
-        self._index = None                   # faiss IndexIDMap2(IndexFlatIP(D)), built on first add
+        self._index = None                   # the entity vector index, built on first add
         self._vid_node: dict[int, str] = {}  # vector-index id -> node key
         self._ends: dict[int, tuple[str, str]] = {}  # tid -> (subject key, object key)
         self._next_tid = 0
@@ -127,11 +131,9 @@ class GraphMemoryBank:
             new[:cap] = prev
 
     def _ensure_index(self, dim: int) -> None:
-        import faiss
-
         if self._index is None:
             self.dim = dim
-            self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+            self._index = make_index(self.index_kind, dim)
             self._alloc(0, dim)
         elif dim != self.dim:
             raise ValueError(f"the embedder returned {dim}-dimensional vectors, the bank holds "
@@ -166,7 +168,7 @@ class GraphMemoryBank:
             node_vecs = np.asarray(self.embedder.embed(list(new_nodes.values())),
                                    dtype=np.float32)                                # (M, D)
             vids = np.arange(self._next_vid, self._next_vid + len(new_nodes), dtype=np.int64)
-            self._index.add_with_ids(node_vecs, vids)
+            self._index.add(vids, node_vecs)
             for vid, (key, name) in zip(vids.tolist(), new_nodes.items()):
                 self.graph.add_node(key, name=name, vid=vid)
                 self._vid_node[vid] = key
@@ -220,18 +222,10 @@ class GraphMemoryBank:
 
     def nearest_entities(self, query_vec: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Top-k entity nodes by cosine to ``query_vec`` (D,): [(node key, cosine)], best first."""
-        if self._index is None or self._index.ntotal == 0:
+        if self._index is None or len(self._index) == 0:
             return []
-        import faiss
-
-        k = min(k, self._index.ntotal)
-        threads = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(1)  # one query: OpenMP start-up costs more than it saves
-        try:
-            scores, ids = self._index.search(query_vec.reshape(1, -1).astype(np.float32), k)  # (1, k)
-        finally:
-            faiss.omp_set_num_threads(threads)
-        return [(self._vid_node[int(i)], float(s)) for s, i in zip(scores[0], ids[0]) if i >= 0]
+        ids, scores = self._index.search(query_vec, k)                       # (k,), (k,)
+        return [(self._vid_node[int(i)], float(s)) for i, s in zip(ids, scores)]
 
     def edges_within(self, nodes: Iterable[str], hops: int) -> np.ndarray:
         """Tids of the triplets within ``hops`` hops of ``nodes`` (ascending, int64).
@@ -292,7 +286,7 @@ class GraphMemoryBank:
             return
         names = [self.graph.nodes[k]["name"] for k in keys]
         vids = np.asarray([self.graph.nodes[k]["vid"] for k in keys], dtype=np.int64)
-        self._index.remove_ids(vids)
+        self._index.remove(vids)
         for key, vid in zip(keys, vids.tolist()):
             del self._vid_node[vid]
             self.graph.remove_node(key)
@@ -334,7 +328,7 @@ class GraphMemoryBank:
 
     def clear(self) -> None:
         self._forget_texts([f.text for f in self.facts()] + self.entity_names())
-        self.__init__(self.embedder)
+        self.__init__(self.embedder, self.index_kind)
 
     # --- integrity ---------------------------------------------------------------------------
     def integrity_errors(self) -> list[str]:
@@ -358,9 +352,7 @@ class GraphMemoryBank:
         if node_vids != self._vid_node:
             errors.append("node vids disagree with the vector-index id map")
         if self._index is not None:
-            import faiss
-
-            index_ids = set(faiss.vector_to_array(self._index.id_map).tolist())
+            index_ids = self._index.ids()
             if index_ids != set(self._vid_node):
                 errors.append(f"vector index ids {sorted(index_ids ^ set(self._vid_node))} "
                               "disagree with the entity nodes")
@@ -368,19 +360,18 @@ class GraphMemoryBank:
 
     # --- persistence -------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike) -> Path:
-        """Write the bank to ``folder`` (created): graph JSON, faiss index, vectors."""
-        import faiss
-
+        """Write the bank to ``folder`` (created): graph JSON, entity index, triplet vectors."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         tids = np.asarray(sorted(self._ends), dtype=np.int64)
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "dim": self.dim,
+                "entity_index": self.index_kind,
                 "embedder": getattr(self.embedder, "model_name", type(self.embedder).__name__),
                 "next_tid": self._next_tid, "next_vid": self._next_vid,
                 "graph": nx.node_link_data(self.graph, edges="edges")}
         (folder / GRAPH_FILE).write_text(json.dumps(meta), encoding="utf-8")
         if self._index is not None:
-            faiss.write_index(self._index, str(folder / INDEX_FILE))
+            self._index.save(folder / FILE_NAMES[self.index_kind])
         np.save(folder / VECTORS_FILE, self._vec[tids] if self.dim else np.zeros((0, 0), np.float32))
         np.save(folder / IDS_FILE, tids)
         return folder
@@ -388,8 +379,6 @@ class GraphMemoryBank:
     @classmethod
     def load(cls, folder: str | os.PathLike, embedder) -> "GraphMemoryBank":
         """Restore a bank written by :meth:`save`; ``embedder`` must be the one it was built with."""
-        import faiss
-
         folder = Path(folder)
         path = folder / GRAPH_FILE
         if not path.exists():
@@ -408,14 +397,20 @@ class GraphMemoryBank:
         if meta["embedder"] != name:
             raise DataError(f"the bank was embedded with {meta['embedder']!r}, not {name!r}",
                             file=str(path), field="embedder")
-        bank = cls(embedder)
+        kind = meta.get("entity_index")
+        if kind not in FILE_NAMES:
+            raise DataError(f"unknown entity index {kind!r}", file=str(path), field="entity_index")
+        bank = cls(embedder, kind)
         bank.graph = nx.node_link_graph(meta["graph"], directed=True, multigraph=True,
                                         edges="edges")
         bank._next_tid, bank._next_vid = meta["next_tid"], meta["next_vid"]
         if meta["dim"] is None:
             return bank
         bank.dim = meta["dim"]
-        bank._index = faiss.read_index(str(folder / INDEX_FILE))
+        index_file = folder / FILE_NAMES[kind]
+        if not index_file.exists():
+            raise DataError("file does not exist", file=str(index_file))
+        bank._index = load_index(kind, index_file, bank.dim)
         tids = np.load(folder / IDS_FILE)
         vectors = np.load(folder / VECTORS_FILE)
         if vectors.shape != (len(tids), bank.dim):

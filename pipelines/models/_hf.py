@@ -35,7 +35,8 @@ def load_pretrained(model_cls, name_or_path: str | Path, *, model_type: str, voc
     try:
         config = AutoConfig.from_pretrained(ref, local_files_only=offline and not local)
     except (OSError, ValueError) as err:
-        where = "a local directory with config.json" if local else "a built-in spec, a local directory or a cached model"
+        where = ("a local directory with config.json" if local
+                 else "a built-in spec, a local directory or a cached model")
         raise ConfigError(f"cannot load model {ref!r}: it is not {where}"
                           + (" (HF_HUB_OFFLINE is set: no download is attempted)" if offline else "")
                           + f". Cause: {err}") from err

@@ -30,10 +30,10 @@ class TrainConfig:
     output_dir: str                       # run folder: checkpoints/step-<n>/ (resumable state), final/ (the model)
     lr: float = 1e-4                      # peak learning rate (MDR: 1e-4), reached at the end of warm-up
     warmup_steps: int = 0                 # optimizer steps of linear warm-up from 0 to ``lr``
-    max_steps: int | None = None          # stop after this many optimizer steps (overrides ``epochs``); None: run ``epochs``
+    max_steps: int | None = None          # stop after this many optimizer steps (overrides epochs); None: run epochs
     epochs: int = 1                       # passes over the training set (MDR: at most 5 per phase)
     batch_size: int = 8                   # examples per micro-batch per process
-    grad_accum: int = 1                   # micro-batches per optimizer step (effective batch = batch_size*grad_accum*processes)
+    grad_accum: int = 1                   # micro-batches per step (batch of a step = batch_size*grad_accum*processes)
     weight_decay: float = 0.0             # AdamW decoupled weight decay, on matrices only (not biases, norms)
     max_grad_norm: float = 1.0            # clip the global gradient norm to this before each step; 0 disables clipping
     eval_every: int = 50                  # optimizer steps between validation passes (and one at the end)
@@ -56,7 +56,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if not str(self.output_dir):
-            raise ConfigError("TrainConfig.output_dir is empty: give the folder the run writes checkpoints and the model to.")
+            raise ConfigError("TrainConfig.output_dir is empty: give the folder for the checkpoints and the model.")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"TrainConfig.lr is {self.lr}: the learning rate must be a positive number.")
         for name in ("batch_size", "grad_accum", "epochs", "eval_every", "save_every", "log_every", "keep_checkpoints"):
@@ -65,7 +65,7 @@ class TrainConfig:
         if self.warmup_steps < 0:
             raise ConfigError(f"TrainConfig.warmup_steps is {self.warmup_steps}: it cannot be negative.")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError(f"TrainConfig.max_steps is {self.max_steps}: set at least 1 step, or None to run `epochs`.")
+            raise ConfigError(f"TrainConfig.max_steps is {self.max_steps}: set at least 1 step, or None to run epochs.")
         if self.max_steps is not None and self.warmup_steps > self.max_steps:
             raise ConfigError(f"TrainConfig.warmup_steps ({self.warmup_steps}) exceeds max_steps ({self.max_steps}): "
                               "the learning rate would never reach its peak.")

@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader
 
+from pipelines.errors import ConfigError
 from pipelines.training.checkpoint import (TrainerState, checkpoint_root, latest_checkpoint, prune_checkpoints,
                                            read_state, remove_partial, save_checkpoint)
 from pipelines.training.config import TrainConfig, TrainSummary, TrainTask
@@ -54,8 +55,6 @@ def resolve_precision(precision: str, cuda: bool) -> str:
     if precision == "auto":
         return "bf16" if cuda else "no"
     if precision == "fp16" and not cuda:
-        from pipelines.errors import ConfigError
-
         raise ConfigError("TrainConfig.precision is fp16 but no CUDA device is visible: use fp32 or bf16 on CPU.")
     return {"fp32": "no"}.get(precision, precision)
 
@@ -127,8 +126,6 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig, fused: bool = F
     groups = [g for g in ({"params": decay, "weight_decay": config.weight_decay},
                           {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
     if not groups:
-        from pipelines.errors import ConfigError
-
         raise ConfigError("the task's model has no trainable parameter: nothing to train.")
     extra = {"fused": True} if fused else {}
     return torch.optim.AdamW(groups, lr=config.lr, betas=config.adam_betas, eps=config.adam_eps, **extra)
@@ -183,6 +180,10 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     """
     from accelerate.utils import set_seed
 
+    missing = [name for name in ("paper", "build_model", "train_dataset", "valid_dataset", "collate", "compute_loss",
+                                 "save_final") if not hasattr(task, name)]
+    if missing:
+        raise ConfigError(f"{type(task).__name__} is not a TrainTask: it lacks {', '.join(missing)}.")
     accelerator = build_accelerator(config)
     main = accelerator.is_main_process
     tracker = tracker if main else None
@@ -260,8 +261,10 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
         if state.step >= total_steps or (config.max_steps is None and state.epoch >= config.epochs):
             state.finished = True
             break
-        epoch_loader = accelerator.skip_first_batches(loader, state.batches_in_epoch) if state.batches_in_epoch else loader
-        epoch_loader.set_epoch(state.epoch)  # accelerate re-applies its own epoch counter at iter(): set it, not the sampler
+        epoch_loader = loader
+        if state.batches_in_epoch:  # resumed mid-epoch: skip what this rank already consumed
+            epoch_loader = accelerator.skip_first_batches(loader, state.batches_in_epoch)
+        epoch_loader.set_epoch(state.epoch)  # accelerate applies its own epoch counter at iter(): set that one
         for batch in epoch_loader:
             set_lr(optimizer, config.lr * lr_multiplier(state.step, config.warmup_steps, total_steps, config.schedule))
             with accelerator.accumulate(model):

@@ -37,7 +37,9 @@ def render_model_card(*, name: str, paper: str, model: torch.nn.Module, config: 
         keys = ("model_type", "n_layer", "n_head", "n_embd", "num_layers", "num_heads", "d_model", "vocab_size")
         cfg = hf_config.to_dict()
         arch_line += " (" + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg) + ")"
-    valid = f"{summary.best_valid_loss:.4f} at step {summary.best_step}" if summary.best_valid_loss is not None else "n/a"
+    valid = "n/a"
+    if summary.best_valid_loss is not None:
+        valid = f"{summary.best_valid_loss:.4f} at step {summary.best_step}"
     final_train = f"{summary.train_losses[-1][1]:.4f}" if summary.train_losses else "n/a"
     settings = {k: v for k, v in config.to_dict().items() if k not in ("output_dir", "model_name")}
     return "\n".join([

@@ -71,7 +71,7 @@ def gpt2(codec):
     def make() -> GPT2LMHeadModel:
         counter["n"] += 1
         torch.manual_seed(1000 + counter["n"])
-        cfg = GPT2Config(vocab_size=codec.vocab_size, n_positions=128, n_embd=64, n_layer=2, n_head=2,
+        cfg = GPT2Config(vocab_size=codec.vocab_size, n_positions=256, n_embd=64, n_layer=2, n_head=2,
                          bos_token_id=codec.eos_id, eos_token_id=codec.eos_id, pad_token_id=codec.eos_id)
         return GPT2LMHeadModel(cfg)
 

@@ -65,6 +65,16 @@ def test_forward_uses_the_selected_rounds(config, codec, examples, gpt2, teacher
     assert "r_te" not in model(**no_r)
 
 
+def test_a_batch_without_any_history(config, codec, examples, gpt2, teacher):
+    task = MDRStudentTask(config, examples, None, codec, teacher, gpt2)
+    model = task.build_model().eval()
+    batch = task.collate([task.train_dataset()[0], task.train_dataset()[2]])
+    assert batch["h_ids"].shape[0] == 0 and batch["h_index"].tolist() == [[-1], [-1]]
+    out = model(**batch)
+    assert out["selected"].tolist() == [[-1, -1], [-1, -1]]
+    assert torch.isfinite(out["r_pred"]).all() and out["r_pred"].shape == (2, 64)
+
+
 def test_no_gradient_reaches_the_frozen_teacher_and_the_loss_falls(config, codec, examples, gpt2, teacher):
     task = MDRStudentTask(config, examples, None, codec, teacher, gpt2)
     model = task.build_model().train()

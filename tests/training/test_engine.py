@@ -219,7 +219,8 @@ def test_dropout_rng_depends_on_step_and_rank_only():
 
 
 @pytest.mark.parametrize("precision, cuda, expected", [
-    ("auto", False, "no"), ("auto", True, "bf16"), ("fp32", True, "no"), ("bf16", False, "bf16"), ("fp16", True, "fp16"),
+    ("auto", False, "no"), ("auto", True, "bf16"), ("fp32", True, "no"), ("bf16", False, "bf16"),
+    ("fp16", True, "fp16"),
 ])
 def test_precision(precision, cuda, expected):
     assert resolve_precision(precision, cuda) == expected
@@ -237,3 +238,25 @@ def test_an_empty_training_set_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="training dataset is empty"):
         train(Empty(), _config(tmp_path, "empty"), progress=False)
+
+
+def test_a_task_missing_methods_is_refused(tmp_path):
+    class NoLoss:
+        paper = "x"
+
+        def build_model(self):
+            return torch.nn.Linear(1, 1)
+
+    with pytest.raises(ConfigError, match="NoLoss is not a TrainTask: it lacks train_dataset, valid_dataset, collate"):
+        train(NoLoss(), _config(tmp_path, "bad"), progress=False)
+
+
+def test_a_model_without_trainable_parameters_is_refused(tmp_path):
+    class Frozen(LinearTask):
+        def build_model(self):
+            model = super().build_model()
+            model.requires_grad_(False)
+            return model
+
+    with pytest.raises(ConfigError, match="no trainable parameter"):
+        train(Frozen(), _config(tmp_path, "frozen"), progress=False)

@@ -43,7 +43,7 @@ def test_sigkill_midway_then_resume_reproduces_the_run(tmp_path, one_thread):
     deadline = time.time() + 180
     try:
         while not (out_b / "checkpoints" / "step-10").is_dir():
-            assert child.poll() is None, f"run B ended before it could be killed: {child.stderr.read().decode()[-2000:]}"
+            assert child.poll() is None, f"run B ended before the kill: {child.stderr.read().decode()[-2000:]}"
             assert time.time() < deadline, "run B never reached step 10"
             time.sleep(0.01)
         os.kill(child.pid, signal.SIGKILL)
@@ -67,4 +67,5 @@ def test_sigkill_midway_then_resume_reproduces_the_run(tmp_path, one_thread):
     for (_, loss_a), (_, loss_b) in zip(run_a.valid_losses, run_b.valid_losses):
         assert loss_b == pytest.approx(loss_a, abs=1e-5)
     assert params_hash(task_b.model) == params_hash(task_a.model)
-    assert _file_hash(out_b / "final" / "model.safetensors") == _file_hash(tmp_path / "a" / "final" / "model.safetensors")
+    final_a, final_b = tmp_path / "a" / "final" / "model.safetensors", out_b / "final" / "model.safetensors"
+    assert _file_hash(final_b) == _file_hash(final_a)

@@ -73,7 +73,8 @@ class GraphMemory(MemoryStrategy):
         else:
             raise ConfigError("graph.importance is 'model' but neither a scorer nor "
                               "graph.importance_model (the trained summariser folder) was given.")
-        self.bank = GraphMemoryBank(embedder if embedder is not None else self._embedder())
+        self.bank = GraphMemoryBank(embedder if embedder is not None else self._embedder(),
+                                    c.entity_index)
         self._sessions: set[str] = set()
         self._clock = 0.0  # time of the latest observed session, POSIX seconds
 

@@ -60,6 +60,8 @@ def memory():
 
 def test_registered_and_configured(memory):
     assert STRATEGIES["graph"] is GraphMemory and isinstance(memory, GraphMemory)
+    assert memory.bank.index_kind == "flat"
+    assert build_strategy("graph", entity_index="hnsw", **SETTINGS).bank.index_kind == "hnsw"
     assert len(memory) == 6 and memory.bank.n_entities == 9
     assert [f.importance for f in memory.bank.facts()] == [1.0] * 6        # importance "uniform"
     assert memory.bank.fact(4).created == to_seconds(T0 + timedelta(days=3))
@@ -200,6 +202,7 @@ def test_missing_timestamps_use_the_session_index():
     (dict(importance="model"), "neither a scorer"),
     (dict(extraction="model"), "no triplet extractor"),
     (dict(importance="attention"), "importance must be one of"),
+    (dict(entity_index="ivf"), "entity_index must be one of"),
     (dict(context_k=6), "cannot exceed coarse_n"),
     (dict(a=0, b=0, c=0), "all 0"),
     (dict(importance="model", importance_model="/nonexistent/dir"), "not a local directory"),

@@ -1,0 +1,362 @@
+"""EMMA's dialogue module: one T5 model fine-tuned with QLoRA on three tasks at once (seed 000, 4.1, E.1).
+
+The tasks (generation, memory summarisation, memory linking; formats in :mod:`pipelines.emma.formats`)
+share one FLAN-T5 and are told apart by their prefix; training minimises the token cross-entropy of the
+target given the source over the mixed examples,
+
+    L = -(1/N) sum_examples sum_t log p(y_t | y_<t, x)        (N = target tokens in the batch)
+
+QLoRA (Dettmers et al., 2023): the base weights are frozen and stored in 4-bit NormalFloat (NF4) with
+double quantisation (bitsandbytes); only low-rank adapters W + (alpha/r) B A on the T5 linear layers
+(q, k, v, o, wi / wi_0 / wi_1, wo) are trained (peft). Appendix E.1: r = 32, alpha = 32, dropout 0.1,
+4-bit, max input 1024, max target 64, lr 1e-3, batch 52, at most 3 epochs with early stopping.
+
+Profiles: ``paper`` names FLAN-T5-Large (``google/flan-t5-large`` or a local path) with its tokenizer;
+``tiny`` initialises a small T5 at random (pipelines.models.t5 spec "tiny"), saves it and loads it back
+4-bit quantised (bitsandbytes 4-bit runs on the CPU), with a byte-level BPE tokenizer trained here on the
+task texts, EMMA's format tokens ([MEMORY], [LINK], [NOW], [SEP], [NONE], [USER], [BOT]) kept whole.
+
+Multi-GPU: DDP or DeepSpeed ZeRO-1/2 (launcher settings). ZeRO-3 is refused with quantised weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from pipelines.emma.formats import SPECIAL_TOKENS, TASKS, Example, GenerationInput, link_source, parse_link, \
+    parse_summary, summarize_source
+from pipelines.errors import ConfigError
+
+CONFIG_FILE = "emma_dialogue.json"
+BASE_DIR = "base"            # the random-init base weights of a spec model, saved beside the adapter
+ADAPTER_DIR = "adapter"
+TOKENIZER_DIR = "tokenizer"
+T5_LINEAR = ("q", "k", "v", "o", "wi", "wi_0", "wi_1", "wo")   # every linear layer of a T5 block
+ZERO3_WITH_4BIT = ("DeepSpeed ZeRO-3 cannot train this model: ZeRO-3 partitions every parameter across GPUs and "
+                   "gathers it for each forward pass, but the frozen base weights are bitsandbytes 4-bit tensors "
+                   "(packed uint8 with their own quantisation state) that ZeRO-3 can neither shard nor gather. "
+                   "With QLoRA use DDP or ZeRO-2 (which shards the LoRA weights' gradients and optimizer states), "
+                   "or set load_in_4bit: false to use ZeRO-3.")
+
+
+@dataclass(frozen=True)
+class EMMADialogueConfig:
+    """The dialogue module (params.yaml ``emma.dialogue``); defaults are Appendix E.1's."""
+
+    model: str = "tiny"                     # T5 spec ("tiny", "t5-small", "flan-t5-large": random init) or a name/path
+    tokenizer: str | None = None            # tokenizer name/path; None: the model's own, or a BPE trained here (specs)
+    tokenizer_vocab_size: int = 2000        # vocabulary of the BPE trained for a spec model
+    load_in_4bit: bool = True               # QLoRA: frozen base weights in 4-bit (bitsandbytes)
+    bnb_4bit_quant_type: str = "nf4"        # 4-bit data type: NormalFloat4 ("nf4") or "fp4"
+    bnb_4bit_use_double_quant: bool = True  # quantise the quantisation constants too (QLoRA's double quantisation)
+    compute_dtype: str = "auto"             # matmul dtype of the 4-bit layers: auto = bf16 on CUDA, fp32 on CPU
+    lora_r: int = 32                        # LoRA rank r
+    lora_alpha: int = 32                    # LoRA scaling alpha (update scaled by alpha / r)
+    lora_dropout: float = 0.1               # dropout on the LoRA input
+    target_modules: tuple[str, ...] = T5_LINEAR  # T5 linear layers that get adapters (names absent in a model are skipped)
+    max_source_length: int = 1024           # max input tokens
+    max_target_length: int = 64             # max target tokens
+    tasks: tuple[str, ...] = TASKS          # tasks mixed in training
+    lr: float = 1e-3                        # learning rate
+    batch_size: int = 52                    # examples per optimizer step (over all processes)
+    max_epochs: int = 3                     # at most this many epochs
+    patience: int = 2                       # validation passes without improvement before early stopping
+    gradient_checkpointing: bool = False    # recompute activations in backward (memory for time)
+    zero_stage: int | None = None           # DeepSpeed ZeRO stage when launched with DeepSpeed; None: DDP / one process
+    deepspeed: str | None = None            # DeepSpeed JSON (deploy/deepspeed/*.json); its stage is checked like zero_stage
+    max_new_tokens: int = 64                # generation length at inference
+    do_sample: bool = False                 # inference decoding: greedy, or nucleus sampling with top_p
+    top_p: float = 0.95                     # nucleus mass when sampling (the authors' demo samples with 0.95)
+    device: str = "auto"                    # "auto" (cuda if available), "cpu", "cuda", "cuda:1"
+    seed: int = 2024                        # random init of a spec model
+
+    def __post_init__(self) -> None:
+        for name in ("lora_r", "lora_alpha", "max_source_length", "max_target_length", "batch_size", "max_epochs",
+                     "max_new_tokens", "tokenizer_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"emma.dialogue.{name} must be a positive integer, got {value!r}.")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ConfigError(f"emma.dialogue.lora_dropout must lie in [0, 1), got {self.lora_dropout!r}.")
+        if not self.lr > 0:
+            raise ConfigError(f"emma.dialogue.lr must be positive, got {self.lr!r}.")
+        if self.bnb_4bit_quant_type not in ("nf4", "fp4"):
+            raise ConfigError(f"emma.dialogue.bnb_4bit_quant_type must be 'nf4' or 'fp4', got {self.bnb_4bit_quant_type!r}.")
+        if self.compute_dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"emma.dialogue.compute_dtype must be auto, float32, bfloat16 or float16, "
+                              f"got {self.compute_dtype!r}.")
+        if not self.target_modules:
+            raise ConfigError("emma.dialogue.target_modules is empty: LoRA needs at least one linear layer to adapt.")
+        if not self.tasks or any(t not in TASKS for t in self.tasks):
+            raise ConfigError(f"emma.dialogue.tasks must be a non-empty subset of {TASKS}, got {self.tasks!r}.")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"emma.dialogue.top_p must lie in (0, 1], got {self.top_p!r}.")
+        stage = self.zero_stage
+        if self.deepspeed is not None:
+            path = Path(self.deepspeed)
+            if not path.is_file():
+                raise ConfigError(f"emma.dialogue.deepspeed names {path}, which does not exist.")
+            stage = int(json.loads(path.read_text()).get("zero_optimization", {}).get("stage", 0))
+            if self.zero_stage is not None and stage != self.zero_stage:
+                raise ConfigError(f"emma.dialogue.zero_stage is {self.zero_stage} but {path} sets ZeRO stage {stage}.")
+        if stage is not None and stage not in (0, 1, 2, 3):
+            raise ConfigError(f"emma.dialogue.zero_stage must be 0, 1, 2 or 3, got {stage!r}.")
+        if stage == 3 and self.load_in_4bit:
+            raise ConfigError(ZERO3_WITH_4BIT)
+
+    @property
+    def is_spec(self) -> bool:
+        from pipelines.models.t5 import T5_SPECS
+
+        return self.model in T5_SPECS
+
+    def resolved_device(self) -> str:
+        return ("cuda" if torch.cuda.is_available() else "cpu") if self.device == "auto" else self.device
+
+    def torch_compute_dtype(self) -> torch.dtype:
+        if self.compute_dtype == "auto":
+            return torch.bfloat16 if self.resolved_device().startswith("cuda") else torch.float32
+        return getattr(torch, self.compute_dtype)
+
+    def train_config(self, output_dir: str | os.PathLike, **overrides):
+        """The engine's TrainConfig with Appendix E.1's lr, batch, epochs and early stopping."""
+        from pipelines.training.config import TrainConfig
+
+        values = dict(output_dir=str(output_dir), lr=self.lr, batch_size=self.batch_size, epochs=self.max_epochs,
+                      early_stopping_patience=self.patience or None, seed=self.seed, deepspeed=self.deepspeed)
+        return TrainConfig(**{**values, **overrides})
+
+
+# --- tokenizer and model --------------------------------------------------------------------------
+
+def build_tokenizer(cfg: EMMADialogueConfig, texts: Sequence[str] = ()):
+    """The tokenizer: ``cfg.tokenizer``; else the named model's own; else (a spec) a BPE trained on ``texts``."""
+    from pipelines.models.tokenizers import load_tokenizer, train_bpe_tokenizer
+
+    if cfg.tokenizer is not None:
+        return load_tokenizer(cfg.tokenizer)
+    if not cfg.is_spec:
+        return load_tokenizer(cfg.model)
+    if not texts:
+        raise ConfigError(f"emma.dialogue.model {cfg.model!r} is initialised at random and has no tokenizer: give "
+                          "emma.dialogue.tokenizer, or training texts to train a BPE tokenizer on.")
+    return train_bpe_tokenizer(texts, cfg.tokenizer_vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=2)
+
+
+def quantization_config(cfg: EMMADialogueConfig):
+    """BitsAndBytesConfig(load_in_4bit, NF4, double quantisation, compute dtype), or None without 4-bit."""
+    if not cfg.load_in_4bit:
+        return None
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=cfg.bnb_4bit_quant_type,
+                              bnb_4bit_use_double_quant=cfg.bnb_4bit_use_double_quant,
+                              bnb_4bit_compute_dtype=cfg.torch_compute_dtype())
+
+
+def save_random_base(cfg: EMMADialogueConfig, tokenizer, out_dir: str | os.PathLike) -> Path:
+    """Initialise the spec T5 at random (seeded) for ``tokenizer`` and save it (full precision) to ``out_dir``."""
+    from pipelines.models.t5 import build_t5
+
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.seed)
+        model = build_t5(cfg.model, len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    model.save_pretrained(out_dir)
+    return Path(out_dir)
+
+
+def load_base(cfg: EMMADialogueConfig, ref: str | os.PathLike, vocab_size: int):
+    """The frozen base: ``ref`` (a saved random init, a name or a path), 4-bit when configured."""
+    from pipelines.models.t5 import build_t5
+
+    device = cfg.resolved_device()
+    kwargs = {}
+    bnb = quantization_config(cfg)
+    if bnb is not None:
+        kwargs = dict(quantization_config=bnb, device_map={"": device})
+    model = build_t5(Path(ref) if Path(ref).is_dir() else str(ref), None, **kwargs)
+    if vocab_size > model.get_input_embeddings().num_embeddings:   # a tokenizer with added tokens
+        model.resize_token_embeddings(vocab_size)
+    return model if bnb is not None else model.to(device)
+
+
+def keep_4bit_trainable(model) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights for CPU inference; returns the layers changed.
+
+    On a CPU with AVX512-BF16, a ``Linear4bit`` in eval mode under no_grad converts its weight in place
+    to a CPU-only packed layout, and from then on every forward (training too) takes a kernel without
+    autograd: the gradient to the layer's input is silently dropped and the LoRA weights below it stop
+    learning. A validation pass in the middle of training would trigger it, so trainable models opt out.
+    """
+    import bitsandbytes as bnb
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed
+
+
+def build_dialogue_model(cfg: EMMADialogueConfig, tokenizer, base_ref: str | os.PathLike | None = None):
+    """The trainable QLoRA model: 4-bit base (``base_ref``, default ``cfg.model``), k-bit preparation, LoRA."""
+    from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
+
+    ref = base_ref or cfg.model
+    if cfg.is_spec and base_ref is None:
+        raise ConfigError(f"emma.dialogue.model {cfg.model!r} is a random-init spec: save it first "
+                          "(save_random_base) and pass its directory as base_ref.")
+    model = load_base(cfg, ref, len(tokenizer))
+    if cfg.load_in_4bit:
+        keep_4bit_trainable(model)
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+    elif cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [t for t in cfg.target_modules if t in present]
+    if not targets:
+        raise ConfigError(f"none of emma.dialogue.target_modules {list(cfg.target_modules)} is a layer of {ref}.")
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, target_modules=targets,
+                      task_type=TaskType.SEQ_2_SEQ_LM)
+    return get_peft_model(model, lora)
+
+
+def encode(tokenizer, text: str, max_length: int) -> list[int]:
+    """Token ids ending in EOS, cut to ``max_length`` (the EOS kept: T5 reads and writes it)."""
+    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    eos = tokenizer.eos_token_id
+    if ids and ids[-1] == eos:
+        ids = ids[:-1]
+    return ids[: max_length - 1] + [eos]
+
+
+def collate_examples(tokenizer, items: Sequence[Example], max_source: int, max_target: int) -> dict[str, torch.Tensor]:
+    """input_ids / attention_mask (B, S) right-padded, labels (B, T) padded with -100 (ignored by the loss)."""
+    pad = tokenizer.pad_token_id
+    src = [encode(tokenizer, ex.source, max_source) for ex in items]
+    tgt = [encode(tokenizer, ex.target, max_target) for ex in items]
+    s_len, t_len = max(map(len, src)), max(map(len, tgt))
+    input_ids = torch.full((len(items), s_len), pad, dtype=torch.long)
+    labels = torch.full((len(items), t_len), -100, dtype=torch.long)
+    for b, (s, t) in enumerate(zip(src, tgt)):
+        input_ids[b, : len(s)] = torch.tensor(s)
+        labels[b, : len(t)] = torch.tensor(t)
+    return {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(), "labels": labels}
+
+
+# --- the training task ----------------------------------------------------------------------------
+
+class EMMADialogueTask:
+    """``emma_dialogue`` for the training engine: the three tasks' examples mixed, QLoRA T5, cross-entropy."""
+
+    paper = "EMMA (arXiv 2410.02503), section 4.1 and Appendix E.1: FLAN-T5 with QLoRA on three tasks"
+
+    def __init__(self, config: EMMADialogueConfig, train_examples: Sequence[Example],
+                 valid_examples: Sequence[Example] = (), tokenizer=None, work_dir: str | os.PathLike | None = None):
+        self.config = config
+        self.train_examples = [ex for ex in train_examples if ex.task in config.tasks]
+        self.valid_examples = [ex for ex in valid_examples if ex.task in config.tasks]
+        texts = [t for ex in self.train_examples for t in (ex.source, ex.target)]
+        self.tokenizer = tokenizer or build_tokenizer(config, texts)
+        self.base_ref: str | None = None
+        if config.is_spec:   # one random init, saved once: every build_model (and the final model) uses it
+            self._work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="emma-dialogue-base-"))
+            self.base_ref = str(save_random_base(config, self.tokenizer, self._work / BASE_DIR))
+
+    def build_model(self):
+        return build_dialogue_model(self.config, self.tokenizer, self.base_ref)
+
+    def train_dataset(self) -> list[Example]:
+        return self.train_examples
+
+    def valid_dataset(self) -> list[Example]:
+        return self.valid_examples
+
+    def collate(self, items: Sequence[Example]) -> dict[str, torch.Tensor]:
+        return collate_examples(self.tokenizer, items, self.config.max_source_length, self.config.max_target_length)
+
+    def compute_loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """Mean token cross-entropy of the targets (T5's loss over labels != -100), and the target tokens."""
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        return out.loss, int((batch["labels"] != -100).sum())
+
+    def save_final(self, model, out_dir: str | os.PathLike) -> Path:
+        """``adapter/`` (LoRA weights), ``tokenizer/``, ``base/`` (a spec's random init), ``emma_dialogue.json``."""
+        out = Path(out_dir)
+        model.save_pretrained(out / ADAPTER_DIR)
+        self.tokenizer.save_pretrained(out / TOKENIZER_DIR)
+        base = self.config.model
+        if self.base_ref is not None:
+            shutil.copytree(self.base_ref, out / BASE_DIR, dirs_exist_ok=True)
+            base = BASE_DIR
+        saved = asdict(self.config) | {"base": base}
+        (out / CONFIG_FILE).write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
+        return out
+
+
+# --- inference ------------------------------------------------------------------------------------
+
+class EMMADialogue:
+    """A trained dialogue module: ``generate``, ``summarize``, ``link``, and ``generate_text`` (the
+    text-to-text function the egocentric memory calls for its summariser and linker)."""
+
+    def __init__(self, model, tokenizer, config: EMMADialogueConfig):
+        self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, **overrides) -> "EMMADialogue":
+        from peft import PeftModel
+
+        d = Path(directory)
+        if not (d / CONFIG_FILE).exists():
+            raise ConfigError(f"{d} is not a saved EMMA dialogue module (no {CONFIG_FILE}).")
+        saved = json.loads((d / CONFIG_FILE).read_text(encoding="utf-8"))
+        base = saved.pop("base")
+        saved["target_modules"], saved["tasks"] = tuple(saved["target_modules"]), tuple(saved["tasks"])
+        saved.update(zero_stage=None, deepspeed=None)
+        config = EMMADialogueConfig(**{**saved, **overrides})
+        from pipelines.models.tokenizers import load_tokenizer
+
+        tokenizer = load_tokenizer(d / TOKENIZER_DIR)
+        model = load_base(config, d / base if base == BASE_DIR else base, len(tokenizer))
+        return cls(PeftModel.from_pretrained(model, d / ADAPTER_DIR), tokenizer, config)
+
+    @torch.no_grad()
+    def generate_text(self, sources: Sequence[str], max_new_tokens: int | None = None) -> list[str]:
+        """Decode one output per source (greedy, or nucleus sampling when configured)."""
+        if not sources:
+            return []
+        batch = collate_examples(self.tokenizer, [Example("generation", s, "", "", "") for s in sources],
+                                 self.config.max_source_length, 1)
+        device = next(p for p in self.model.parameters()).device
+        kwargs = dict(do_sample=True, top_p=self.config.top_p) if self.config.do_sample else dict(do_sample=False)
+        out = self.model.generate(input_ids=batch["input_ids"].to(device),
+                                  attention_mask=batch["attention_mask"].to(device),
+                                  max_new_tokens=max_new_tokens or self.config.max_new_tokens, **kwargs)
+        drop = {self.tokenizer.pad_token, self.tokenizer.eos_token, self.tokenizer.bos_token} - {None}
+        texts = []
+        for row in out.tolist():
+            tokens = [t for t in self.tokenizer.convert_ids_to_tokens(row) if t not in drop]
+            texts.append(self.tokenizer.convert_tokens_to_string(tokens).strip())
+        return texts
+
+    def generate(self, inp: GenerationInput) -> str:
+        """The main speaker's next utterance."""
+        return self.generate_text([inp.render()])[0]
+
+    def summarize(self, about: str, final_sequence: str) -> list[str]:
+        """Memories about ``about`` from a finished session ([] for "[NONE]")."""
+        return parse_summary(self.generate_text([summarize_source(about, final_sequence)])[0])
+
+    def link(self, memory_1: str, memory_2: str) -> bool:
+        """True when the newer ``memory_2`` refers to or updates ``memory_1``."""
+        return parse_link(self.generate_text([link_source(memory_1, memory_2)])[0])

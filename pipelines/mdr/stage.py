@@ -1,0 +1,172 @@
+"""MDR stages (seed 001): examples + tokenizer, teacher, student, token-weighted decoder.
+
+Each training stage runs through the one engine (``pipelines.training.engine.train``) and, under
+Dagster, in a subprocess launched through Dagster Pipes (``launcher="accelerate"``), so one
+process, N GPUs or N nodes is a launcher setting. Checkpoints live in ``models/.runs/<stage>-<hash>``
+where the hash covers the stage's resolved config and its inputs: a killed run with the same
+config resumes there; a changed config starts afresh. The finished model is moved to the
+declared output ``models/<stage>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import fields
+from pathlib import Path
+
+from pipelines.data.stage import canonical_dir
+from pipelines.registry import StageResult, stage
+
+EXAMPLES = "data/tasks/mdr"
+TOKENIZER = "models/mdr_tokenizer"
+TEACHER, STUDENT, DECODER = "models/mdr_teacher", "models/mdr_student", "models/mdr_decoder"
+CODE = ("pipelines/mdr", "pipelines/training", "pipelines/models", "pipelines/data/tasks.py", "pipelines/config.py")
+PAPER_CARD = ("MDR: Memory Distillation and Reproduction for Personalized Dialogue Generation "
+              "(seed 001 of this project)")
+
+
+def mdr_config(ctx):
+    from pipelines.mdr.config import MDRConfig
+
+    section = ctx.config["mdr"]
+    names = {f.name for f in fields(MDRConfig)}
+    return MDRConfig(**{k: v for k, v in section.items() if k in names})
+
+
+@stage(name="mdr_examples", group="mdr", params=("mdr",), inputs=(canonical_dir("synthetic"),),
+       outputs=(EXAMPLES, TOKENIZER), code=CODE)
+def mdr_examples(ctx) -> StageResult:
+    """(P, H, Q, R) examples for MDR from the canonical data, and the tokenizer of the MDR models.
+
+    Q is the partner's last utterance, R the main speaker's reply, H the earlier rounds, P the
+    persona. Tokenizer: byte-level BPE trained on the training text (tiny profile) or the named
+    one (paper profile: gpt2).
+    """
+    from pipelines.data.schema import read_episodes
+    from pipelines.data.tasks import build_mdr_examples, write_mdr_examples
+    from pipelines.models.tokenizers import load_tokenizer, train_bpe_tokenizer
+
+    cfg = mdr_config(ctx)
+    section = ctx.config["mdr"]
+    meta = {}
+    splits = {}
+    for split in ("train", "valid", "test"):
+        path = ctx.path(f"{canonical_dir('synthetic')}/{split}.jsonl")
+        examples = build_mdr_examples(read_episodes(path), max_history_rounds=cfg.max_history_rounds,
+                                      memory_persona=cfg.memory_persona, source=str(path))
+        write_mdr_examples(ctx.path(f"{EXAMPLES}/{split}.jsonl"), examples)
+        splits[split] = examples
+        meta[f"examples_{split}"] = len(examples)
+    tok_dir = ctx.path(TOKENIZER)
+    if section.get("tokenizer", "train") == "train":
+        texts = [t for e in splits["train"] for t in (e.query, e.response, *e.persona)]
+        train_bpe_tokenizer(texts, section.get("vocab_size", 2000), tok_dir, source=str(ctx.path(EXAMPLES)))
+    else:
+        load_tokenizer(section["tokenizer"]).save_pretrained(tok_dir)
+    return StageResult(metadata=meta, metrics={k: float(v) for k, v in meta.items()})
+
+
+def _run_dir(ctx, name: str) -> Path:
+    """Checkpoint folder keyed by the resolved config and the content of the inputs."""
+    from pipelines.tracking import content_hash
+
+    h = hashlib.sha256(json.dumps(ctx.config, sort_keys=True, default=str).encode())
+    for rel in ctx.stage.inputs:
+        h.update(content_hash(ctx.path(rel)).encode())
+    return ctx.path(f"models/.runs/{name}-{h.hexdigest()[:12]}")
+
+
+def _train(ctx, task, phase: str, out_rel: str) -> StageResult:
+    from pipelines.training.config import TrainConfig
+    from pipelines.training.engine import train
+
+    knobs = dict(ctx.config["mdr"].get(phase, {}))
+    run_dir = _run_dir(ctx, ctx.stage.name)
+    train_cfg = TrainConfig(output_dir=str(run_dir), seed=ctx.config.get("seed", 2022),
+                            model_name=f"mnemos-{ctx.stage.name}", **knobs)
+    summary = train(task, train_cfg, tracker=ctx.tracker)
+    final = Path(summary.final_dir)
+    out = ctx.path(out_rel)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(final, out)
+    shutil.rmtree(run_dir, ignore_errors=True)  # finished: nothing left to resume
+    metrics = summary.to_metrics()
+    meta = {k: v for k, v in metrics.items()}
+    meta["model_dir"] = str(out)
+    if summary.train_losses:
+        meta["first_train_loss"], meta["last_train_loss"] = summary.train_losses[0][1], summary.train_losses[-1][1]
+    return StageResult(metadata=meta, metrics=metrics)
+
+
+def _examples(ctx, split: str):
+    from pipelines.data.tasks import read_mdr_examples
+
+    return read_mdr_examples(ctx.path(f"{EXAMPLES}/{split}.jsonl"))
+
+
+def _factory(ctx, codec):
+    from pipelines.mdr.tasks import gpt2_factory
+
+    return gpt2_factory(ctx.config["mdr"].get("model", "tiny"), codec)
+
+
+def _codec(ctx, cfg):
+    from pipelines.mdr.text import load_codec
+
+    return load_codec(ctx.path(TOKENIZER), eos_token=cfg.eos_token, sep_token=cfg.sep_token)
+
+
+@stage(name="mdr_teacher", group="mdr", params=("mdr",), inputs=(EXAMPLES, TOKENIZER), outputs=(TEACHER,),
+       launcher="accelerate", code=CODE)
+def mdr_teacher(ctx) -> StageResult:
+    """MDR stage A: teacher pretraining. R_TE = Enc_teacher(R); L_teacher = -log p(R | Q, R_TE).
+
+    The teacher decoder reads R_TE as a prefix embedding and Q as tokens; frozen afterwards.
+    """
+    from pipelines.mdr.tasks import MDRTeacherTask
+
+    cfg = mdr_config(ctx)
+    codec = _codec(ctx, cfg)
+    task = MDRTeacherTask(cfg, _examples(ctx, "train"), _examples(ctx, "valid"), codec, _factory(ctx, codec))
+    return _train(ctx, task, "teacher", TEACHER)
+
+
+@stage(name="mdr_student", group="mdr", params=("mdr",), inputs=(EXAMPLES, TOKENIZER, TEACHER),
+       outputs=(STUDENT,), launcher="accelerate", code=CODE)
+def mdr_student(ctx) -> StageResult:
+    """MDR stage B: student distillation. Memory Net P-/R-Update (K hops) over Q_E and P_E;
+    L_sentence = MSE(R^(K), R_TE). The distilled R^(K) of every example is cached."""
+    from pipelines.mdr.tasks import MDRStudentTask
+    from pipelines.mdr.teacher import MDRTeacher
+
+    cfg = mdr_config(ctx)
+    codec = _codec(ctx, cfg)
+    teacher = MDRTeacher.load(ctx.path(TEACHER))
+    train, valid, test = (_examples(ctx, s) for s in ("train", "valid", "test"))
+    task = MDRStudentTask(cfg, train, valid, codec, teacher, _factory(ctx, codec),
+                          cache_examples=[*train, *valid, *test])
+    return _train(ctx, task, "student", STUDENT)
+
+
+@stage(name="mdr_decoder", group="mdr", params=("mdr",), inputs=(EXAMPLES, TOKENIZER, TEACHER, STUDENT),
+       outputs=(DECODER,), launcher="accelerate", code=CODE)
+def mdr_decoder(ctx) -> StageResult:
+    """MDR stage C: token-weighted decoder fine-tuning on (R^(K), Q) -> R.
+
+    w_i = exp(-(W_i - max_j W_j)^2 / (2 sigma^2)) with W_i = cos(teacher token feature_i, R_TE);
+    L_token = -(1/N) sum_i w_i log p(R_i | R_<i, Q, R^(K)).
+    """
+    from pipelines.mdr.student import load_response_features
+    from pipelines.mdr.tasks import FEATURES_FILE, MDRDecoderTask
+    from pipelines.mdr.teacher import MDRTeacher
+
+    cfg = mdr_config(ctx)
+    codec = _codec(ctx, cfg)
+    teacher = MDRTeacher.load(ctx.path(TEACHER))
+    features_path = ctx.path(STUDENT) / FEATURES_FILE
+    features = load_response_features(features_path)
+    task = MDRDecoderTask(cfg, _examples(ctx, "train"), _examples(ctx, "valid"), codec, teacher, features,
+                          gpt2=_factory(ctx, codec), features_source=str(features_path))
+    return _train(ctx, task, "decoder", DECODER)
