@@ -30,14 +30,22 @@ PARAMS_FILE = ROOT / "params.yaml"
 
 # Profile defaults: only what differs between profiles lives here. Everything a user
 # would tune per run lives in params.yaml (tracked by DVC).
+_TINY_TRAIN = {"epochs": 3, "batch_size": 16, "lr": 1.0e-3, "warmup_steps": 10, "eval_every": 20, "save_every": 20}
+_PAPER_TRAIN = {"epochs": 5, "batch_size": 32, "lr": 1.0e-4, "warmup_steps": 500, "eval_every": 500,
+                "save_every": 500, "early_stopping_patience": 3}  # MDR: lr 1e-4, linear warm-up, <= 5 epochs
+
 PROFILES: dict[str, dict[str, Any]] = {
     "tiny": {
         "device": "cpu",
         "benchmark": {"embedding_batch_size": 64},
+        "mdr": {"model": "tiny", "tokenizer": "train", "vocab_size": 2000, "max_history_rounds": 8,
+                "teacher": _TINY_TRAIN, "student": _TINY_TRAIN, "decoder": _TINY_TRAIN},
     },
     "paper": {
         "device": "auto",
         "benchmark": {"embedding_batch_size": 256},
+        "mdr": {"model": "gpt2", "tokenizer": "gpt2", "max_history_rounds": 32,
+                "teacher": _PAPER_TRAIN, "student": _PAPER_TRAIN, "decoder": _PAPER_TRAIN},
     },
 }
 

@@ -54,7 +54,8 @@ def dvc_yaml() -> str:
         entry = {
             "desc": stage.description.splitlines()[0] if stage.description else stage.name,
             "cmd": f"python -m pipelines run {stage.name}",
-            "deps": [*stage.inputs, *stage.code],
+            # The profiles' defaults live in pipelines/config.py: every stage depends on it.
+            "deps": list(dict.fromkeys([*stage.inputs, *stage.code, "pipelines/config.py"])),
             "params": _param_keys(stage),
             "outs": outs,
         }

@@ -16,6 +16,9 @@ Given the current utterance u and the graph memory bank:
 Project choices where the paper is silent (all configurable in :class:`RetrievalConfig`):
 repeated mentions of the same fact (identical serialised text) count once (``dedupe``; the
 mention with the best b*I + c*recency represents it); ties keep the older triplet first.
+A ranking deeper than the coarse pool (``depth`` > N, e.g. for Recall@10) repeats the two stages
+on what is left: candidates in similarity order are cut into tiers of N, each tier re-ranked by
+Eq. (4); so its first ``final_k`` items are exactly the paper's, and only those count as accessed.
 """
 
 from __future__ import annotations
@@ -63,9 +66,16 @@ def _top(values: np.ndarray, n: int) -> np.ndarray:
 
 
 def retrieve(bank: GraphMemoryBank, utterance: str, now: float,
-             config: RetrievalConfig | None = None) -> list[ScoredFact]:
-    """The ``final_k`` best triplets for ``utterance`` at time ``now`` (POSIX seconds)."""
+             config: RetrievalConfig | None = None, depth: int | None = None) -> list[ScoredFact]:
+    """The best triplets for ``utterance`` at time ``now`` (POSIX seconds), best first.
+
+    Returns ``depth`` items (default: ``final_k``); the first ``final_k`` are the kept triplets
+    whose last-accessed time is updated.
+    """
     config = config or RetrievalConfig()
+    depth = config.final_k if depth is None else depth
+    if depth < 1:
+        raise ValueError(f"depth must be a positive integer, got {depth!r}")
     if len(bank) == 0:
         return []
     query = bank.embed_query(utterance)                                      # (D,)
@@ -81,12 +91,14 @@ def retrieve(bank: GraphMemoryBank, utterance: str, now: float,
         _, first = np.unique(keys[order], return_index=True)
         keep = np.sort(order[first])                                         # back to tid order
         tids, sim, score, recency = tids[keep], sim[keep], score[keep], recency[keep]
-    coarse = _top(sim, config.coarse_n)                                      # step 3
-    fine = coarse[np.argsort(-score[coarse], kind="stable")][:config.final_k]  # step 4
+    n = config.coarse_n
+    by_sim = _top(sim, max(n, depth))                                        # step 3 (coarse)
+    ranking = np.concatenate([tier[np.argsort(-score[tier], kind="stable")]  # step 4 (fine)
+                              for tier in np.split(by_sim, range(n, by_sim.size, n))])[:depth]
     kept = [ScoredFact(bank.fact(int(tids[j])), float(score[j]), float(sim[j]), float(recency[j]))
-            for j in fine]
+            for j in ranking]
     if config.update_access:
-        bank.touch([s.fact.tid for s in kept], now)
+        bank.touch([s.fact.tid for s in kept[:config.final_k]], now)
     return kept
 
 

@@ -22,7 +22,7 @@ from pipelines.registry import StageResult, stage
 EXAMPLES = "data/tasks/mdr"
 TOKENIZER = "models/mdr_tokenizer"
 TEACHER, STUDENT, DECODER = "models/mdr_teacher", "models/mdr_student", "models/mdr_decoder"
-CODE = ("pipelines/mdr", "pipelines/training", "pipelines/models", "pipelines/data/tasks.py", "pipelines/config.py")
+CODE = ("pipelines/mdr", "pipelines/training", "pipelines/models", "pipelines/data/tasks.py")
 PAPER_CARD = ("MDR: Memory Distillation and Reproduction for Personalized Dialogue Generation "
               "(seed 001 of this project)")
 

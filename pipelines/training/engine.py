@@ -12,12 +12,15 @@ One optimizer step s (0-based) over micro-batches b = 1..A (A = ``grad_accum``) 
     g   <- g * min(1, max_grad_norm / ||g||)              (global norm clipping)
     theta <- AdamW(theta, g, lr_s)                        (decoupled weight decay on matrices)
 
+(an epoch's last, shorter window is also divided by A, as accelerate does).
+
 Reproducibility: the data order is a pure function of (seed, epoch) (data.py) and the
 global RNG is re-seeded from (seed, step, rank) before every step, as fairseq does, so
 dropout does not depend on what happened before a resume. A checkpoint (checkpoint.py)
 holds model, AdamW, RNG and the loop state (step, position in the epoch, loss history,
 early-stopping state); ``train`` resumes from the newest complete one, so a run killed
-by SIGKILL and restarted reproduces the loss curve of an uninterrupted run.
+by SIGKILL and restarted reproduces the loss curve of an uninterrupted run. (ZeRO-3 draws
+from the RNG itself, so its dropout masks differ from DDP's; without dropout they agree.)
 """
 
 from __future__ import annotations

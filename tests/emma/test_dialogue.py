@@ -130,3 +130,44 @@ def test_save_load_and_inference_helpers(tiny_task, tmp_path):
     assert all(isinstance(t, str) for t in loaded.generate_text(sources))
     assert isinstance(loaded.summarize("Mia", "[Mia] nurse [NOW] first session [Mia] hi"), list)
     assert loaded.link("Mia has a dog.", "Mia's dog is called Rex.") in (True, False)
+
+
+def test_checkpoints_hold_the_adapters_only_and_load_back(tiny_task, tmp_path):
+    """accelerate saves model.state_dict() and loads it with safetensors.torch.load_model(strict=True)."""
+    from safetensors.torch import load_model, save_model
+
+    torch.manual_seed(0)
+    model = tiny_task.build_model()
+    keys = list(model.state_dict())
+    assert keys and all(".lora_A." in k or ".lora_B." in k for k in keys)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                p.add_(0.01)                                   # a "trained" adapter
+    save_model(model, str(tmp_path / "model.safetensors"))
+    other = tiny_task.build_model()
+    missing, unexpected = load_model(other, str(tmp_path / "model.safetensors"), strict=True)
+    assert not missing and not unexpected
+    for (n, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
+        assert torch.equal(a, b), n
+    batch = tiny_task.collate(tiny_task.train_dataset()[:2])
+    model.eval(), other.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(**batch).logits, other(**batch).logits, atol=1e-5)
+
+
+def test_engine_trains_the_task_with_validation_and_best_restore(tiny_task, tmp_path):
+    """The training engine end to end on the CPU: 4-bit base, LoRA, validation each step, best weights restored."""
+    from pipelines.training import train
+
+    tc = tiny_task.config.train_config(tmp_path / "run", batch_size=4, max_steps=3, eval_every=1, save_every=1,
+                                      warmup_steps=0)
+    summary = train(tiny_task, tc, progress=False)
+    assert summary.final_step == 3 and len(summary.valid_losses) == 3
+    assert summary.best_valid_loss == min(v for _, v in summary.valid_losses)
+    final = tmp_path / "run" / "final"
+    assert (final / "adapter" / "adapter_config.json").exists() and (final / "base" / "config.json").exists()
+    ckpt = max((tmp_path / "run" / "checkpoints").iterdir())
+    assert (ckpt / "model.safetensors").stat().st_size < 2_000_000          # adapters only, not the base
+    loaded = D.EMMADialogue.load(final, max_new_tokens=3)
+    assert len(loaded.generate_text([tiny_task.valid_dataset()[0].source])) == 1

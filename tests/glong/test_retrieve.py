@@ -116,6 +116,20 @@ def test_last_accessed_updated_only_for_kept(bank):
     assert bank.fact(1).last_accessed == later
 
 
+def test_deeper_rankings_repeat_coarse_then_fine_in_tiers(bank):
+    """N = 2: similarity order 0, 1, 2, 4 is cut into tiers [0, 1] and [2, 4], each re-ranked by
+    sim + importance (1.0, 1.8 | 1.2, 1.1); only the first final_k = 1 counts as accessed."""
+    cfg = RetrievalConfig(k_anchor=1, coarse_n=2, final_k=1, a=1, b=1, c=0)
+    later = NOW + H
+    got = retrieve(bank, "what about juno", later, cfg, depth=4)
+    assert tids(got) == [1, 0, 2, 4]
+    assert [bank.fact(t).last_accessed for t in (0, 1, 2, 4)] == [NOW, later, NOW, NOW]
+    assert tids(retrieve(bank, "what about juno", later, cfg)) == [1]     # depth = final_k
+    assert tids(retrieve(bank, "what about juno", later, cfg, depth=9)) == [1, 0, 2, 4]
+    with pytest.raises(ValueError, match="depth"):
+        retrieve(bank, "what about juno", later, cfg, depth=0)
+
+
 def test_hops_two_reaches_through_neighbours():
     table = {"q": [1, 0, 0], "A": [1, 0, 0], "B": [0, 1, 0], "C": [0, 0, 1], "D": [0, 1, 1],
              "A r B": [1, 1, 0], "B r C": [1, 0, 1], "C r D": [0, 1, 1]}

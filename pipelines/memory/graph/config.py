@@ -29,7 +29,7 @@ class GraphConfig(StrategyConfig):
     device: str = "cpu"            # torch device of the encoder and the summariser
     k_anchor: int = 5              # anchor entities per query (section 3.4, step 1)
     hops: int = 1                  # subgraph expansion depth h (paper: 1)
-    coarse_n: int = 5              # coarse pool size N (paper: 5); raised to k when k is larger
+    coarse_n: int = 5              # coarse pool size N (paper: 5); deeper rankings use tiers of N
     a: float = 1.0                 # Eq. (4) weight of the similarity
     b: float = 1.0                 # Eq. (4) weight of the importance
     c: float = 1.0                 # Eq. (4) weight of the recency
@@ -58,11 +58,11 @@ class GraphConfig(StrategyConfig):
                               "candidates.")
         if not self.context_header.strip():
             raise ConfigError("graph.context_header must be non-empty (it opens the MEMORY block).")
-        self.retrieval(self.context_k)  # validates k_anchor, hops, a, b, c, lam
+        self.retrieval  # noqa: B018  (builds a RetrievalConfig: checks k_anchor, hops, a, b, c, lam)
 
-    def retrieval(self, k: int) -> RetrievalConfig:
-        """The section 3.4 settings for a ranking of ``k`` triplets (coarse pool at least k)."""
-        return RetrievalConfig(k_anchor=self.k_anchor, hops=self.hops,
-                               coarse_n=max(self.coarse_n, k), final_k=k, a=self.a, b=self.b,
-                               c=self.c, lam=self.lam, update_access=self.update_access,
-                               dedupe=self.dedupe)
+    @property
+    def retrieval(self) -> RetrievalConfig:
+        """The section 3.4 settings: the MEMORY block keeps the ``context_k`` best of the pool."""
+        return RetrievalConfig(k_anchor=self.k_anchor, hops=self.hops, coarse_n=self.coarse_n,
+                               final_k=self.context_k, a=self.a, b=self.b, c=self.c, lam=self.lam,
+                               update_access=self.update_access, dedupe=self.dedupe)

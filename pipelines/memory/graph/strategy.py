@@ -5,9 +5,10 @@
   uniform 1.0, or the T5 cross-attention scores of Eqs. 1-3, normalised by the session maximum)
   and stored as edges of the graph memory bank with their source turn, session, speaker and the
   session's time.
-- ``retrieve(query, k)``: section 3.4 (anchors, 1-hop candidates, coarse top-N, Eq. 4, top-k) at
-  the query's time; each item carries the source turn and session of its triplet, and
-  ``memory_id = "triplet:<tid>"``.
+- ``retrieve(query, k)``: section 3.4 (anchors, 1-hop candidates, coarse top-N, Eq. 4) at the
+  query's time, as a ranking of depth k (deeper than N: tiers of N, see pipelines/glong/retrieve);
+  only the first ``context_k`` items (the paper's kept top-k) count as accessed. Each item carries
+  the source turn and session of its triplet, and ``memory_id = "triplet:<tid>"``.
 - ``context(query, budget)``: the kept triplets as one "MEMORY:" block of "subject relation
   object" lines (section 3.5), cut to the token budget.
 - ``forget(selector)``: turns, sessions, speakers (what they said and their entity), and
@@ -129,8 +130,8 @@ class GraphMemory(MemoryStrategy):
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
-        kept = retrieve(self.bank, query.question, self.query_time(query),
-                        self.config.retrieval(k))
+        kept = retrieve(self.bank, query.question, self.query_time(query), self.config.retrieval,
+                        depth=k)
         return [Retrieved(score=s.score, text=s.fact.text, session_id=s.fact.session_id,
                           turn_id=s.fact.turn_id, memory_id=f"{TRIPLET_PREFIX}{s.fact.tid}",
                           speaker=s.fact.speaker, timestamp=_from_seconds(s.fact.created),

@@ -212,10 +212,14 @@ def test_config_errors(settings, message):
         build_strategy("graph", embedder="hashing", cache_dir=None, **settings)
 
 
-def test_retrieval_settings_follow_k():
-    cfg = GraphConfig(coarse_n=5)
-    assert (cfg.retrieval(3).coarse_n, cfg.retrieval(3).final_k) == (5, 3)
-    assert (cfg.retrieval(10).coarse_n, cfg.retrieval(10).final_k) == (10, 10)
+def test_retrieval_settings_and_deep_rankings(memory):
+    cfg = GraphConfig(coarse_n=4, context_k=2)
+    assert (cfg.retrieval.coarse_n, cfg.retrieval.final_k) == (4, 2)
+    asked = T0 + timedelta(days=10)
+    deep = memory.retrieve(q("Where does Juno live?", asked), 6)
+    assert len(deep) == 6                                                   # every triplet
+    touched = [f.tid for f in memory.bank.facts() if f.last_accessed == to_seconds(asked)]
+    assert sorted(touched) == sorted(r.order for r in deep[:3])            # context_k = 3
 
 
 def test_save_and_load(memory, tmp_path):
