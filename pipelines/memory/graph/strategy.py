@@ -109,6 +109,20 @@ class GraphMemory(MemoryStrategy):
                             "turns", record=f"session {session.id}", rule="one_list_per_turn")
         return [list(t) for t in out]
 
+    def prepare(self, episodes: Sequence[Episode]) -> None:
+        """Warm the embedding cache with every entity, triplet and question, in one batch.
+
+        Pure text work (ground-truth triplets only; an extractor's output is not known before
+        ``observe``): nothing enters memory. Without an embedding cache it does nothing.
+        """
+        if getattr(self.bank.embedder, "cache", None) is None or \
+                self.config.extraction != "ground_truth":
+            return
+        texts = [x for e in episodes for _, turn in e.turns() for t in turn.triplets
+                 for x in (" ".join(t.subject.split()), " ".join(t.object.split()), t.serialise())]
+        texts += [q.question for e in episodes for q in e.queries]
+        self.bank.embedder.embed(list(dict.fromkeys(texts)))
+
     def observe(self, episode: Episode, session: Session) -> None:
         if session.id in self._sessions:
             raise DataError("session observed twice; each finished session enters memory once",

@@ -233,3 +233,28 @@ def test_save_and_load(memory, tmp_path):
     assert before[0][0].text == "Juno collects stamps"
     with pytest.raises(DataError, match="observed twice"):
         other.observe(EP, EP.sessions[1])
+
+
+def test_prepare_warms_the_cache_without_adding_memory():
+    from pipelines.glong.embedding import HashingEmbedder
+
+    class Cached(HashingEmbedder):
+        cache = {}  # any non-None cache: prepare only runs when there is one to warm
+
+        def __init__(self):
+            super().__init__(64)
+            self.calls = []
+
+        def embed(self, texts):
+            self.calls.append(list(texts))
+            return super().embed(texts)
+
+    emb = Cached()
+    m = GraphMemory(GraphConfig(cache_dir=None), embedder=emb)
+    ep = EP.model_copy(update={"queries": [q("Where does Juno live?")]})
+    m.prepare([ep])
+    assert len(m) == 0 and len(emb.calls) == 1
+    assert emb.calls[0][:3] == ["Juno", "stamps", "Juno collects stamps"]
+    assert "Where does Juno live?" in emb.calls[0] and len(set(emb.calls[0])) == len(emb.calls[0])
+    plain = HashingEmbedder(64)                                   # no cache: nothing to warm
+    GraphMemory(GraphConfig(cache_dir=None), embedder=plain).prepare([ep])
