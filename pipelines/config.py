@@ -40,12 +40,30 @@ PROFILES: dict[str, dict[str, Any]] = {
         "benchmark": {"embedding_batch_size": 64},
         "mdr": {"model": "tiny", "tokenizer": "train", "vocab_size": 2000, "max_history_rounds": 8,
                 "teacher": _TINY_TRAIN, "student": _TINY_TRAIN, "decoder": _TINY_TRAIN},
+        # A random-init base has no language for LoRA to adapt: the tiny extractor adapts its head too.
+        "glong": {"extractor": {"model": "tiny", "lora_lm_head": True, "max_new_tokens": 48},
+                  "extractor_train": {**_TINY_TRAIN, "epochs": 2, "lr": 2.0e-3},
+                  "summariser": {"model": "tiny"}, "summariser_train": {**_TINY_TRAIN, "epochs": 2},
+                  "eval_examples": 32},
+        # EMMA: tiny random-init T5 (quantised to 4-bit NF4 on the CPU too), MiniLM retriever.
+        "emma": {"dialogue": {"model": "tiny", "batch_size": 16, "max_epochs": 2, "max_source_length": 512},
+                 "dialogue_train": {"eval_every": 20, "save_every": 20, "warmup_steps": 5},
+                 # MiniLM (the shipped package), contexts of up to 512 tokens as in the paper.
+                 "retriever": {"model": None, "batch_size": 16, "max_epochs": 2},
+                 "retriever_train": {"eval_every": 9, "save_every": 9}},
     },
     "paper": {
         "device": "auto",
         "benchmark": {"embedding_batch_size": 256},
         "mdr": {"model": "gpt2", "tokenizer": "gpt2", "max_history_rounds": 32,
                 "teacher": _PAPER_TRAIN, "student": _PAPER_TRAIN, "decoder": _PAPER_TRAIN},
+        # G-Long: Qwen3-8B extractor (10 epochs, batch 16), T5-small summariser (SAMSum); names or local paths.
+        "glong": {"extractor": {"model": "Qwen/Qwen3-8B", "gradient_checkpointing": True},
+                  "extractor_train": {**_PAPER_TRAIN, "epochs": 10, "batch_size": 16},
+                  "summariser": {"model": "t5-small"}, "summariser_train": _PAPER_TRAIN,
+                  "eval_examples": 1000},
+        # EMMA: FLAN-T5-Large dialogue module, BERT-base retriever (Appendix E); names or local paths.
+        "emma": {"dialogue": {"model": "google/flan-t5-large"}, "retriever": {"model": "bert-base-uncased"}},
     },
 }
 

@@ -61,7 +61,7 @@ class EMMADialogueConfig:
     lora_r: int = 32                        # LoRA rank r
     lora_alpha: int = 32                    # LoRA scaling alpha (update scaled by alpha / r)
     lora_dropout: float = 0.1               # dropout on the LoRA input
-    target_modules: tuple[str, ...] = T5_LINEAR  # T5 linear layers that get adapters (names absent in a model are skipped)
+    target_modules: tuple[str, ...] = T5_LINEAR  # T5 linear layers with adapters (absent names are skipped)
     max_source_length: int = 1024           # max input tokens
     max_target_length: int = 64             # max target tokens
     tasks: tuple[str, ...] = TASKS          # tasks mixed in training
@@ -71,7 +71,7 @@ class EMMADialogueConfig:
     patience: int = 2                       # validation passes without improvement before early stopping
     gradient_checkpointing: bool = False    # recompute activations in backward (memory for time)
     zero_stage: int | None = None           # DeepSpeed ZeRO stage when launched with DeepSpeed; None: DDP / one process
-    deepspeed: str | None = None            # DeepSpeed JSON (deploy/deepspeed/*.json); its stage is checked like zero_stage
+    deepspeed: str | None = None            # DeepSpeed JSON (deploy/deepspeed/*.json); its stage checked too
     max_new_tokens: int = 64                # generation length at inference
     do_sample: bool = False                 # inference decoding: greedy, or nucleus sampling with top_p
     top_p: float = 0.95                     # nucleus mass when sampling (the authors' demo samples with 0.95)
@@ -89,7 +89,8 @@ class EMMADialogueConfig:
         if not self.lr > 0:
             raise ConfigError(f"emma.dialogue.lr must be positive, got {self.lr!r}.")
         if self.bnb_4bit_quant_type not in ("nf4", "fp4"):
-            raise ConfigError(f"emma.dialogue.bnb_4bit_quant_type must be 'nf4' or 'fp4', got {self.bnb_4bit_quant_type!r}.")
+            raise ConfigError(f"emma.dialogue.bnb_4bit_quant_type must be 'nf4' or 'fp4', "
+                              f"got {self.bnb_4bit_quant_type!r}.")
         if self.compute_dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"emma.dialogue.compute_dtype must be auto, float32, bfloat16 or float16, "
                               f"got {self.compute_dtype!r}.")

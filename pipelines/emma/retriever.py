@@ -18,8 +18,18 @@ Triplets come from MiSC's memory tags: the context is the generation sequence up
 (speakers, [NOW], the session's turns, without the prefix and the memory block, as the authors' code
 feeds it), the positive is a memory the turn is tagged with, the negatives are the owner's other
 memories written before the session (those a retriever can choose from; when there are none, the
-episode's other memories). Hard negatives: in :func:`RetrieverTask.compute_loss` every negative of an
-example is scored by the current memory encoder without gradients and the most similar one is used.
+episode's other memories). Negatives are mined from those of the same episode under the current
+encoders, inside the training forward pass and without gradients (``negative_mining``):
+
+- "semi-hard" (default; Schroff et al., 2015, FaceNet): the closest negative that is still farther from
+  the context than the positive, d(a, n) > d(a, p); when there is none, the farthest one;
+- "hardest": the most similar negative;
+- "random": a uniformly drawn negative.
+
+Measured on the synthetic data (MiniLM init, batch 16, lr 1e-4, early stopping on validation loss, test
+split of 96 episodes, 145 tagged turns): untrained recall@1 0.117 / MRR 0.291; semi-hard 0.159 / 0.341;
+hardest 0.103 / 0.298, its validation loss staying at the margin (0.20): the hardest negatives alone keep
+the triplets at d(a, p) = d(a, n), the collapse FaceNet describes.
 
 Pooling is a choice the paper leaves open: the authors' code takes the [CLS] vector ("cls", used with
 BERT-base); all-MiniLM-L6-v2 was trained with mean pooling ("mean", the tiny default). Long contexts
@@ -61,7 +71,7 @@ class RetrieverConfig:
     batch_size: int = 90               # triplets per optimiser step
     max_epochs: int = 20               # at most this many epochs, early stopping on validation MRR
     patience: int = 2                  # epochs without a better validation MRR before stopping
-    hard_negatives: bool = True        # use the most similar negative under the current encoder
+    negative_mining: Literal["semi-hard", "hardest", "random"] = "semi-hard"  # which negative of an example is used
     max_negatives: int = 32            # negatives scored per example when mining (seeded subset)
     seed: int = 2024                   # example order, negative subsets
 
@@ -79,6 +89,9 @@ class RetrieverConfig:
             raise ConfigError(f"emma.retriever.lr must be positive, got {self.lr!r}.")
         if self.pooling not in ("mean", "cls"):
             raise ConfigError(f"emma.retriever.pooling must be 'mean' or 'cls', got {self.pooling!r}.")
+        if self.negative_mining not in ("semi-hard", "hardest", "random"):
+            raise ConfigError(f"emma.retriever.negative_mining must be 'semi-hard', 'hardest' or 'random', "
+                              f"got {self.negative_mining!r}.")
         if self.context_truncation not in ("left", "right"):
             raise ConfigError(f"emma.retriever.context_truncation must be 'left' or 'right', "
                               f"got {self.context_truncation!r}.")
@@ -115,6 +128,35 @@ def compute_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.T
 
 # --- the dual encoder ------------------------------------------------------------------------------
 
+@torch.no_grad()
+def mine_negatives(anchor: torch.Tensor, positive: torch.Tensor, negative_index: torch.Tensor, mining: str,
+                   encode_pool) -> torch.Tensor:
+    """The pool row of each anchor's negative: (B,) from anchors (B, H), positives (B, H), candidates (B, K).
+
+    ``encode_pool(rows)`` embeds the given pool rows with the current memory encoder. "hardest" takes the
+    smallest d(a, n); "semi-hard" the smallest d(a, n) with d(a, n) > d(a, p), else the largest d(a, n).
+    With one candidate per anchor (K = 1, e.g. "random" chosen in collate) nothing is encoded.
+    """
+    if negative_index.shape[1] == 1 or mining == "random":
+        return negative_index[:, 0]
+    valid = negative_index >= 0                                              # (B, K)
+    rows = torch.unique(negative_index[valid])                               # the pool rows in use
+    pool = torch.zeros(int(negative_index.max()) + 1, anchor.shape[1], device=anchor.device, dtype=anchor.dtype)
+    pool[rows] = encode_pool(rows).to(anchor.dtype)                          # (P, H)
+    d_an = cosine_distance(anchor.unsqueeze(1), pool[negative_index.clamp(min=0)])   # (B, K)
+    d_ap = cosine_distance(anchor, positive).unsqueeze(1)                    # (B, 1)
+    inf = torch.tensor(float("inf"), device=d_an.device, dtype=d_an.dtype)
+    hardest = torch.where(valid, d_an, inf).argmin(1)                        # (B,)
+    if mining == "hardest":
+        choice = hardest
+    else:
+        outside = valid & (d_an > d_ap)                                      # farther than the positive
+        semi = torch.where(outside, d_an, inf).argmin(1)
+        easiest = torch.where(valid, d_an, -inf).argmax(1)
+        choice = torch.where(outside.any(1), semi, easiest)
+    return negative_index.gather(1, choice.unsqueeze(1)).squeeze(1)
+
+
 def tokenize(tokenizer, texts: Sequence[str], config: RetrieverConfig, tower: str):
     """Padded ids and mask of ``texts`` for one tower ("context" or "memory") with its max length."""
     if tower == "context":
@@ -150,7 +192,10 @@ class DualEncoder(nn.Module):
         path = config.resolved_model()
         local_only = hub_offline() and not Path(path).is_dir()
         try:
-            towers = [AutoModel.from_pretrained(path, local_files_only=local_only) for _ in range(2)]
+            # fp32 master weights whatever the checkpoint's dtype (transformers 5 loads the saved dtype by
+            # default; AdamW on fp16 weights underflows); autocast gives bf16 compute on GPUs
+            towers = [AutoModel.from_pretrained(path, local_files_only=local_only, dtype=torch.float32)
+                      for _ in range(2)]
         except OSError as err:
             raise ConfigError(f"cannot load retriever checkpoint {path!r}: it is neither a local directory nor a "
                               f"cached model (no download is attempted offline). Cause: {err}") from err
@@ -173,34 +218,23 @@ class DualEncoder(nn.Module):
     def forward(self, context_ids: torch.Tensor | None = None, context_mask: torch.Tensor | None = None,
                 memory_ids: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
                 pool_ids: torch.Tensor | None = None, pool_mask: torch.Tensor | None = None,
-                negative_index: torch.Tensor | None = None):
+                negative_index: torch.Tensor | None = None, mining: str = "semi-hard"):
         """Embeddings of whatever is given, in one call (one DDP forward per training step).
 
         Without a pool: returns (E_c(context) (B, H) or None, E_m(memory) (M, H) or None).
-        With ``pool_ids`` (P, L) and ``negative_index`` (B, K) (pool rows of each anchor's negatives, -1 = none):
-        the hardest negative of each anchor (highest cosine under the current encoders, found without
-        gradients) is encoded together with the positives ``memory_ids`` (B, L'), and the call returns
+        With ``pool_ids`` (P, L) and ``negative_index`` (B, K) (pool rows of each anchor's negatives, -1 = none),
+        ``memory_ids`` are the positives (B, L'): each anchor's negative is mined among its K (``mining``,
+        see the module docstring) without gradients, encoded with gradients, and the call returns
         (anchor (B, H), positive (B, H), negative (B, H)).
         """
         anchor = self._tower(self.context_encoder, context_ids, context_mask) if context_ids is not None else None
+        memory = self._tower(self.memory_encoder, memory_ids, memory_mask) if memory_ids is not None else None
         if pool_ids is None:
-            memory = self._tower(self.memory_encoder, memory_ids, memory_mask) if memory_ids is not None else None
             return anchor, memory
-        valid = negative_index >= 0                                              # (B, K)
-        if negative_index.shape[1] == 1:
-            picked = negative_index[:, 0]                                        # one candidate: nothing to mine
-        else:
-            with torch.no_grad():
-                pool = F.normalize(self._tower(self.memory_encoder, pool_ids, pool_mask), dim=-1)     # (P, H)
-                sims = F.normalize(anchor.detach(), dim=-1) @ pool.T                                  # (B, P)
-                cand = sims.gather(1, negative_index.clamp(min=0)).masked_fill(~valid, float("-inf"))  # (B, K)
-                picked = negative_index.gather(1, cand.argmax(1, keepdim=True)).squeeze(1)            # (B,)
-        width = max(memory_ids.shape[1], pool_ids.shape[1])
-        pad = lambda t: F.pad(t, (0, width - t.shape[1]))                       # noqa: E731 (right-pad to L)
-        ids = torch.cat([pad(memory_ids), pad(pool_ids[picked])])               # (2B, L)
-        mask = torch.cat([pad(memory_mask), pad(pool_mask[picked])])
-        both = self._tower(self.memory_encoder, ids, mask)                      # (2B, H)
-        return anchor, both[: len(picked)], both[len(picked):]
+        picked = mine_negatives(anchor, memory, negative_index, mining,
+                                lambda rows: self._tower(self.memory_encoder, pool_ids[rows], pool_mask[rows]))
+        negative = self._tower(self.memory_encoder, pool_ids[picked], pool_mask[picked])    # (B, H)
+        return anchor, memory, negative
 
     def tokenize(self, texts: Sequence[str], tower: str) -> dict[str, torch.Tensor]:
         """Token ids and mask for the context tower (max 512, cut on ``context_truncation``) or the memory tower."""
@@ -246,7 +280,8 @@ class DualEncoder(nn.Module):
         if not (d / CONFIG_FILE).exists():
             raise ConfigError(f"{d} is not a saved EMMA retriever (no {CONFIG_FILE}).")
         config = RetrieverConfig(**json.loads((d / CONFIG_FILE).read_text(encoding="utf-8")))
-        return cls(AutoModel.from_pretrained(d / "context_encoder"), AutoModel.from_pretrained(d / "memory_encoder"),
+        return cls(AutoModel.from_pretrained(d / "context_encoder", dtype=torch.float32),
+                   AutoModel.from_pretrained(d / "memory_encoder", dtype=torch.float32),
                    AutoTokenizer.from_pretrained(d / "context_encoder"), config)
 
 
@@ -384,8 +419,8 @@ class RetrieverTask:
 
     def collate(self, items: Sequence[TripletItem]) -> dict[str, torch.Tensor]:
         """Contexts (B, Lc), positives (B, Lm), the batch's distinct negatives (P, Lm) and, per anchor,
-        the pool rows of its negatives (B, K; -1 pads). Without hard negatives K = 1, a random one."""
-        if self.config.hard_negatives:
+        the pool rows of its negatives (B, K; -1 pads). With random negatives K = 1, drawn here."""
+        if self.config.negative_mining != "random":
             choices = [item.negatives for item in items]
         else:
             choices = [(self._rng.choice(item.negatives),) for item in items]
@@ -403,9 +438,9 @@ class RetrieverTask:
                 "pool_ids": neg["input_ids"], "pool_mask": neg["attention_mask"], "negative_index": index}
 
     def compute_loss(self, model: DualEncoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        """Triplet loss (margin 0.2, cosine distance) with each anchor's hardest negative; the token count
+        """Triplet loss (margin 0.2, cosine distance) with each anchor's mined negative; the token count
         is the number of context tokens encoded with gradients."""
-        anchor, positive, negative = model(**batch)                           # (B, H) each
+        anchor, positive, negative = model(**batch, mining=self.config.negative_mining)   # (B, H) each
         loss = compute_loss(anchor, positive, negative, self.config.margin)
         return loss, int(batch["context_mask"].sum())
 

@@ -8,6 +8,13 @@ from pipelines.data.stage import canonical_dir
 from pipelines.mdr.stage import DECODER as MDR_DECODER
 from pipelines.mdr.stage import EXAMPLES as MDR_EXAMPLES
 from pipelines.mdr.stage import STUDENT as MDR_STUDENT
+from pipelines.emma.stage import DIALOGUE as EMMA_DIALOGUE
+from pipelines.emma.stage import EXAMPLES as EMMA_EXAMPLES
+from pipelines.emma.stage import RETRIEVER as EMMA_RETRIEVER
+from pipelines.emma.stage import RETRIEVER_EVAL as EMMA_RETRIEVER_EVAL
+from pipelines.glong.stage import EVAL_FILE as GLONG_EVAL
+from pipelines.glong.stage import EXTRACTOR as GLONG_EXTRACTOR
+from pipelines.glong.stage import IMPORTANCE as GLONG_IMPORTANCE
 from pipelines.registry import StageResult, stage
 
 REPORT = "reports/benchmark.md"
@@ -24,8 +31,9 @@ def _recall_plot() -> dict:
                          "title": "Recall@k per strategy (turn level)", "y_label": "recall@k"}}
 
 
-@stage(name="benchmark", group="evaluate", params=("benchmark", "mdr"),
-       inputs=(canonical_dir("synthetic"), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER),
+@stage(name="benchmark", group="evaluate", params=("benchmark", "mdr", "glong", "emma"),
+       inputs=(canonical_dir("synthetic"), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
+               EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER),
        outputs=(REPORT, METRICS, QUERIES, PLOTS),
        metrics=(METRICS,),
        plots=(_recall_plot(), f"{PLOTS}/recall_at_k.png", f"{PLOTS}/tokens_vs_recall.png"),
@@ -50,11 +58,14 @@ def benchmark(ctx) -> StageResult:
             ctx.tracker.log_artifact(path, artifact_path="plots")
     generation = _mdr_generation(ctx, episodes, split)
     _append_generation(ctx, out, generation)
+    extraction = _append_extraction(ctx, out)
+    emma = _append_emma(ctx, out, episodes, split)
     metrics = {f"{strategy}/{name}": value
                for strategy, values in out["metrics"]["synthetic"].items() for name, value in values.items()}
     meta = {"episodes": len(episodes), "strategies": list(cfg["strategies"]),
             "benchmark_md": "\n\n".join(out["markdown"].values()) if isinstance(out["markdown"], dict) else out["markdown"],
-            "report": str(ctx.path(REPORT)), "generation_md": generation["markdown"]}
+            "report": str(ctx.path(REPORT)), "generation_md": generation["markdown"], "extraction_md": extraction,
+            "emma_md": emma}
     return StageResult(metadata=meta, metrics=metrics)
 
 
@@ -65,6 +76,14 @@ def _settings(ctx, cfg: dict) -> dict:
         dense = settings.setdefault("dense", {})
         dense.setdefault("cache_dir", str(ctx.root / ".cache" / "embeddings"))
         dense.setdefault("batch_size", cfg.get("embedding_batch_size", 64))
+    if "egocentric" in cfg["strategies"]:
+        ego = settings.setdefault("egocentric", {})
+        ego.setdefault("retriever", str(ctx.path(EMMA_RETRIEVER)))  # the trained dual encoder
+    if "graph" in cfg["strategies"]:
+        graph = settings.setdefault("graph", {})
+        graph.setdefault("importance", "model")  # Eqs. (1)-(3) from the trained summariser
+        graph.setdefault("importance_model", str(ctx.path(GLONG_IMPORTANCE)))
+        graph.setdefault("cache_dir", str(ctx.root / ".cache" / "embeddings"))
     return settings
 
 
@@ -116,3 +135,84 @@ def _append_generation(ctx, out: dict, generation: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out["metrics"], indent=2, sort_keys=True), encoding="utf-8")
     tmp.replace(path)
+
+
+def _append_extraction(ctx, out: dict) -> str:
+    """G-Long's extractor: triplet precision / recall / F1 on the test split, into the report."""
+    import json
+
+    scores = json.loads((ctx.path(GLONG_EXTRACTOR) / GLONG_EVAL).read_text())
+    keys = [k for k in ("precision", "recall", "f1", "valid", "repaired", "dropped") if k in scores]
+    md = "\n".join([
+        "## Triplet extraction (G-Long extractor)", "",
+        f"Greedy JSON output of the QLoRA-tuned extractor (profile `{ctx.profile}`) on test utterances, "
+        "parsed strictly; exact match of normalised (subject, relation, object). The graph strategy above "
+        "stores the ground-truth triplets of the synthetic data, so its retrieval figures do not depend on "
+        "this extractor.", "",
+        "| " + " | ".join(keys) + " |", "|" + " ---: |" * len(keys),
+        "| " + " | ".join(f"{scores[k]:.3f}" if isinstance(scores[k], float) else str(scores[k]) for k in keys) + " |", ""])
+    report = ctx.path(REPORT)
+    report.write_text(report.read_text(encoding="utf-8") + "\n" + md, encoding="utf-8")
+    out["metrics"]["synthetic"].setdefault("glong_extractor", {}).update(
+        {f"extraction/{k}": float(v) for k, v in scores.items()})
+    path = ctx.path(METRICS)
+    path.write_text(json.dumps(out["metrics"], indent=2, sort_keys=True), encoding="utf-8")
+    return md
+
+
+def _append_emma(ctx, out: dict, episodes, split: str) -> str:
+    """EMMA: the retriever's Recall@1 / MRR untrained vs trained, and the dialogue module's
+    responses (generation task) scored with BLEU, ROUGE-L and Distinct per session index."""
+    import json
+    from collections import defaultdict
+
+    from pipelines.emma.dialogue import EMMADialogue
+    from pipelines.emma.formats import iter_examples
+    from pipelines.evaluate.generation import generation_metrics
+
+    scores = json.loads((ctx.path(EMMA_RETRIEVER) / EMMA_RETRIEVER_EVAL).read_text())
+    examples = [e for e in iter_examples(ctx.path(f"{EMMA_EXAMPLES}/{split}.jsonl")) if e.task == "generation"]
+    limit = int(ctx.config["emma"].get("eval_examples", 64))
+    examples = examples[:limit]
+    model = EMMADialogue.load(ctx.path(EMMA_DIALOGUE))
+    hyps = model.generate_text([e.source for e in examples], max_new_tokens=32)
+    refs = [e.target for e in examples]
+    overall = generation_metrics(hyps, refs)
+    index = {s.id: s.index + 1 for e in episodes for s in e.sessions}
+    groups = defaultdict(list)
+    for i, e in enumerate(examples):
+        groups[index.get(e.session_id)].append(i)
+    per = ["| session | responses | bleu-1 | bleu-2 | rouge-l | dist-1 | dist-2 |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    by = {}
+    for num in sorted(k for k in groups if k is not None):
+        idx = groups[num]
+        m = generation_metrics([hyps[i] for i in idx], [refs[i] for i in idx])
+        by[num] = m
+        per.append(f"| {num} | {len(idx)} | {m['bleu-1']:.2f} | {m['bleu-2']:.2f} | {m['rouge-l']:.2f} | "
+                   f"{m['dist-1']:.3f} | {m['dist-2']:.3f} |")
+    u, t = scores["untrained"], scores["trained"]
+    md = "\n".join([
+        "## EMMA", "",
+        "### Retriever (dual encoder, triplet loss on cosine distance, margin 0.2)", "",
+        f"Tagged main-speaker turns of the synthetic {split} split; candidates are the memories written in "
+        "earlier sessions of the episode.", "",
+        "| encoder | recall@1 | mrr | queries |", "| --- | ---: | ---: | ---: |",
+        f"| untrained (all-MiniLM-L6-v2) | {u['recall@1']:.3f} | {u['mrr']:.3f} | {int(u['queries'])} |",
+        f"| trained (profile `{ctx.profile}`) | {t['recall@1']:.3f} | {t['mrr']:.3f} | {int(t['queries'])} |", "",
+        "### Dialogue module (QLoRA T5, generation task)", "",
+        f"{len(examples)} generation inputs of the {split} split (memories, links, [NOW], history), greedy. "
+        "EMMA's published evaluation is human judgement on MiSC: not comparable with these figures.", "",
+        "| bleu-1 | bleu-2 | rouge-l | dist-1 | dist-2 | c_dist-1 | c_dist-2 |", "|" + " ---: |" * 7,
+        "| " + " | ".join(f"{overall[k]:.3f}" for k in ("bleu-1", "bleu-2", "rouge-l", "dist-1", "dist-2",
+                                                         "c_dist-1", "c_dist-2")) + " |", "",
+        "By session:", "", "\n".join(per), ""])
+    report = ctx.path(REPORT)
+    report.write_text(report.read_text(encoding="utf-8") + "\n" + md, encoding="utf-8")
+    emma = out["metrics"]["synthetic"].setdefault("emma", {})
+    emma.update({f"retriever/{w}/{k}": float(v) for w, vals in scores.items() for k, v in vals.items()})
+    emma.update({f"generation/{k}": float(v) for k, v in overall.items()})
+    for num, m in by.items():
+        emma.update({f"generation/session_{num}/{k}": float(m[k]) for k in ("bleu-1", "rouge-l")})
+    ctx.path(METRICS).write_text(json.dumps(out["metrics"], indent=2, sort_keys=True), encoding="utf-8")
+    return md

@@ -1,20 +1,13 @@
 """MDR stages (seed 001): examples + tokenizer, teacher, student, token-weighted decoder.
 
-Each training stage runs through the one engine (``pipelines.training.engine.train``) and, under
-Dagster, in a subprocess launched through Dagster Pipes (``launcher="accelerate"``), so one
-process, N GPUs or N nodes is a launcher setting. Checkpoints live in ``models/.runs/<stage>-<hash>``
-where the hash covers the stage's resolved config and its inputs: a killed run with the same
-config resumes there; a changed config starts afresh. The finished model is moved to the
-declared output ``models/<stage>``.
+Each training stage runs through the one engine (``pipelines.training.stage.train_stage``) and,
+under Dagster, in a subprocess launched through Dagster Pipes (``launcher="accelerate"``), so one
+process, N GPUs or N nodes is a launcher setting; an interrupted run resumes from its checkpoint.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
 from dataclasses import fields
-from pathlib import Path
 
 from pipelines.data.stage import canonical_dir
 from pipelines.registry import StageResult, stage
@@ -68,36 +61,10 @@ def mdr_examples(ctx) -> StageResult:
     return StageResult(metadata=meta, metrics={k: float(v) for k, v in meta.items()})
 
 
-def _run_dir(ctx, name: str) -> Path:
-    """Checkpoint folder keyed by the resolved config and the content of the inputs."""
-    from pipelines.tracking import content_hash
-
-    h = hashlib.sha256(json.dumps(ctx.config, sort_keys=True, default=str).encode())
-    for rel in ctx.stage.inputs:
-        h.update(content_hash(ctx.path(rel)).encode())
-    return ctx.path(f"models/.runs/{name}-{h.hexdigest()[:12]}")
-
-
 def _train(ctx, task, phase: str, out_rel: str) -> StageResult:
-    from pipelines.training.config import TrainConfig
-    from pipelines.training.engine import train
+    from pipelines.training.stage import train_stage
 
-    knobs = dict(ctx.config["mdr"].get(phase, {}))
-    run_dir = _run_dir(ctx, ctx.stage.name)
-    train_cfg = TrainConfig(output_dir=str(run_dir), seed=ctx.config.get("seed", 2022),
-                            model_name=f"mnemos-{ctx.stage.name}", **knobs)
-    summary = train(task, train_cfg, tracker=ctx.tracker)
-    final = Path(summary.final_dir)
-    out = ctx.path(out_rel)
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(final, out)
-    shutil.rmtree(run_dir, ignore_errors=True)  # finished: nothing left to resume
-    metrics = summary.to_metrics()
-    meta = {k: v for k, v in metrics.items()}
-    meta["model_dir"] = str(out)
-    if summary.train_losses:
-        meta["first_train_loss"], meta["last_train_loss"] = summary.train_losses[0][1], summary.train_losses[-1][1]
-    return StageResult(metadata=meta, metrics=metrics)
+    return train_stage(ctx, task, dict(ctx.config["mdr"].get(phase, {})), out_rel)
 
 
 def _examples(ctx, split: str):

@@ -10,6 +10,7 @@ from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
 
 # Strategy modules, imported for their @register_strategy side effect (heavy imports stay lazy).
 from pipelines.memory import no_history, long_context, bm25, dense, session_summary  # noqa: E402,F401
+from pipelines.memory import graph, egocentric  # noqa: E402,F401
 
 __all__ = ["GRANULARITIES", "STRATEGIES", "MemoryStrategy", "Retrieved", "Selector", "StrategyConfig",
            "TokenCounter", "DEFAULT_COUNTER", "build_strategy", "pack_context", "register_strategy",

@@ -91,7 +91,8 @@ def test_tiny_model_is_4bit_nf4_with_lora(tiny_task):
 def test_a_few_steps_reduce_the_loss(tiny_task):
     torch.manual_seed(0)
     model = tiny_task.build_model()
-    by_task = {t: [ex for ex in tiny_task.train_dataset() if ex.task == t][:2] for t in ("generation", "summarize", "link")}
+    by_task = {t: [ex for ex in tiny_task.train_dataset() if ex.task == t][:2]
+               for t in ("generation", "summarize", "link")}
     batch = tiny_task.collate([ex for exs in by_task.values() for ex in exs])
     assert batch["input_ids"].shape[0] == 6
 

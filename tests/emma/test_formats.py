@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.data.schema import Memory, MemoryLink, Session, Turn
+from pipelines.data.schema import Memory, MemoryLink, Turn
 from pipelines.data.synthetic import SyntheticConfig, generate
 from pipelines.emma import formats as F
 from pipelines.errors import ConfigError, DataError
@@ -152,6 +152,16 @@ def test_build_examples_on_synthetic_episodes():
         assert sum(e.target == "positive" for e in mine) == gold
         assert all(e.source.startswith(("generation: ", "summarize [ABOUT_", "memory sentence 1: "))
                    for e in mine)
+
+
+def test_build_examples_fits_generation_inputs_to_a_budget(episode):
+    words = lambda s: len(s.split())  # noqa: E731
+    full = by_ref(F.build_examples([episode], F.FormatConfig(tasks=("generation",))), "E1:S1:T3")
+    assert words(full.source) == 28
+    fitted = by_ref(F.build_examples([episode], F.FormatConfig(tasks=("generation",)), count_tokens=words,
+                                     budget=20), "E1:S1:T3")
+    assert fitted.source == ("generation: [Mia] nurse [Leo] her brother [NOW] first session "
+                             "[Leo] Congratulations! I am moving to Lisbon in May. [Mia]")
 
 
 def test_examples_round_trip(tmp_path, episode):

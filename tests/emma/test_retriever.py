@@ -64,6 +64,7 @@ def test_triplet_items_cap_negatives(episode):
     ({"pooling": "max"}, "pooling"),
     ({"memory_max_length": 0}, "memory_max_length"),
     ({"context_truncation": "middle"}, "context_truncation"),
+    ({"negative_mining": "hard"}, "negative_mining"),
 ])
 def test_config_checks(kwargs, message):
     with pytest.raises(ConfigError, match=message):
@@ -121,7 +122,25 @@ def test_task_follows_the_engine_protocol(synthetic_task):
     assert (tc.lr, tc.batch_size, tc.epochs, tc.early_stopping_patience) == (1e-4, 90, 20, 2)
 
 
-def test_collate_and_hard_negative_mining(synthetic_task, minilm):
+def test_mine_negatives_by_hand():
+    """Anchors along x; candidates at angles whose cosine distances are known exactly."""
+    import math as m
+
+    def unit(deg):
+        return [m.cos(m.radians(deg)), m.sin(m.radians(deg))]
+
+    pool = torch.tensor([unit(10), unit(50), unit(80), unit(120)])           # d to x: .015, .357, .826, 1.5
+    anchor = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    positive = torch.tensor([unit(30), unit(30), unit(150)])                 # d(a, p): .134, .134, 1.866
+    index = torch.tensor([[0, 1, 2, 3], [0, 2, -1, -1], [1, 3, -1, -1]])
+    encode = lambda rows: pool[rows]                                         # noqa: E731
+    assert R.mine_negatives(anchor, positive, index, "hardest", encode).tolist() == [0, 0, 1]
+    # semi-hard: the closest negative farther than the positive; none farther (row 3): the farthest
+    assert R.mine_negatives(anchor, positive, index, "semi-hard", encode).tolist() == [1, 2, 3]
+    assert R.mine_negatives(anchor, positive, index[:, :1], "semi-hard", encode).tolist() == [0, 0, 1]
+
+
+def test_collate_and_mining_in_the_forward_pass(synthetic_task, minilm):
     items = synthetic_task.train_dataset()[:3]
     batch = synthetic_task.collate(items)
     pool = sorted({n for i in items for n in i.negatives})
@@ -130,23 +149,29 @@ def test_collate_and_hard_negative_mining(synthetic_task, minilm):
     assert batch["memory_ids"].shape[1] <= 32
     minilm.eval()
     with torch.no_grad():
-        anchor, positive, negative = minilm(**batch)
-        # brute force: the negative with the highest cosine to each anchor
-        for b, item in enumerate(items):
-            c = minilm.encode_context([item.context])
-            sims = torch.nn.functional.cosine_similarity(c, minilm.encode_memory(list(item.negatives)))
-            hardest = item.negatives[int(sims.argmax())]
-            assert torch.allclose(negative[b], minilm.encode_memory([hardest])[0], atol=1e-4)
-            assert torch.allclose(positive[b], minilm.encode_memory([item.positive])[0], atol=1e-4)
-            assert torch.allclose(anchor[b], c[0], atol=1e-4)
+        for mining in ("hardest", "semi-hard"):
+            anchor, positive, negative = minilm(**batch, mining=mining)
+            for b, item in enumerate(items):
+                c = minilm.encode_context([item.context])
+                p = minilm.encode_memory([item.positive])
+                d_an = R.cosine_distance(c, minilm.encode_memory(list(item.negatives)))
+                d_ap = R.cosine_distance(c, p)
+                if mining == "hardest":
+                    want = int(d_an.argmin())
+                else:
+                    farther = [i for i in range(len(d_an)) if d_an[i] > d_ap[0]]
+                    want = min(farther, key=lambda i: d_an[i]) if farther else int(d_an.argmax())
+                expected = minilm.encode_memory([item.negatives[want]])[0]
+                assert torch.allclose(negative[b], expected, atol=1e-4)
+                assert torch.allclose(positive[b], p[0], atol=1e-4) and torch.allclose(anchor[b], c[0], atol=1e-4)
     loss, n_tokens = synthetic_task.compute_loss(minilm, batch)
     assert n_tokens == int(batch["context_mask"].sum()) and loss.item() >= 0
 
 
-def test_random_negative_when_mining_is_off(synthetic_task):
+def test_random_negative_is_drawn_in_collate(synthetic_task):
     task = R.RetrieverTask.__new__(R.RetrieverTask)
     task.__dict__.update(synthetic_task.__dict__)
-    task.config = R.RetrieverConfig(hard_negatives=False)
+    task.config = R.RetrieverConfig(negative_mining="random")
     batch = task.collate(synthetic_task.train_dataset()[:4])
     assert batch["negative_index"].shape == (4, 1)
 

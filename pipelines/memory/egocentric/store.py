@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-
-import torch
+from typing import TYPE_CHECKING
 
 from pipelines.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,12 @@ class AgentMemory:
         self.items: dict[str, StoredMemory] = {}
         self.by_partner: dict[str, list[str]] = {}
         self.links: dict[str, set[str]] = {}
-        self.vectors: dict[str, torch.Tensor] = {}     # id -> (H,) L2-normalised memory-encoder vector
+        self.vectors: dict[str, "torch.Tensor"] = {}     # id -> (H,) L2-normalised memory-encoder vector
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def add(self, memory: StoredMemory, vector: torch.Tensor) -> None:
+    def add(self, memory: StoredMemory, vector: "torch.Tensor") -> None:
         if memory.owner != self.agent:
             raise ValueError(f"memory {memory.id} belongs to {memory.owner!r}, not to agent {self.agent!r}")
         if memory.id in self.items:

@@ -26,9 +26,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import torch
-import torch.nn.functional as F
-
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.emma.formats import (GenerationInput, link_source, parse_link, parse_summary, render_memory,
                                     summarize_source)
@@ -143,19 +140,27 @@ class Egocentric(MemoryStrategy):
                 memory.link(m.id, old.id)
 
     # --- retrieval --------------------------------------------------------------------------------
-    @torch.no_grad()
-    def _memory_vectors(self, texts: list[str]) -> torch.Tensor:
-        return F.normalize(self.retriever.encode_memory(texts).float(), dim=-1).cpu()     # (n, H)
+    def _memory_vectors(self, texts: list[str]):
+        import torch
+        import torch.nn.functional as F
 
-    @torch.no_grad()
-    def _context_vector(self, context: str) -> torch.Tensor:
-        return F.normalize(self.retriever.encode_context([context]).float(), dim=-1).cpu()[0]  # (H,)
+        with torch.no_grad():
+            return F.normalize(self.retriever.encode_memory(texts).float(), dim=-1).cpu()        # (n, H)
+
+    def _context_vector(self, context: str):
+        import torch
+        import torch.nn.functional as F
+
+        with torch.no_grad():
+            return F.normalize(self.retriever.encode_context([context]).float(), dim=-1).cpu()[0]  # (H,)
 
     def ranked(self, agent: str, context: str) -> list[tuple[StoredMemory, float]]:
         """The agent's memories by sim(c, m) (eq. 1), best first (ties: older first)."""
         memory = self.agents.get(agent)
         if memory is None or not len(memory):
             return []
+        import torch
+
         items = memory.ordered()
         scores = torch.stack([memory.vectors[m.id] for m in items]) @ self._context_vector(context)  # (N,)
         order = torch.argsort(scores, descending=True, stable=True).tolist()
