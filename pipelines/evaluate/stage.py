@@ -142,7 +142,7 @@ def _append_extraction(ctx, out: dict) -> str:
     import json
 
     scores = json.loads((ctx.path(GLONG_EXTRACTOR) / GLONG_EVAL).read_text())
-    keys = [k for k in ("precision", "recall", "f1", "valid", "repaired", "dropped") if k in scores]
+    keys = list(scores)  # triplet_precision/recall/f1/predicted/gold, parse_valid/repaired/dropped
     md = "\n".join([
         "## Triplet extraction (G-Long extractor)", "",
         f"Greedy JSON output of the QLoRA-tuned extractor (profile `{ctx.profile}`) on test utterances, "
