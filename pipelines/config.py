@@ -39,14 +39,15 @@ PROFILES: dict[str, dict[str, Any]] = {
         "device": "cpu",
         "benchmark": {"embedding_batch_size": 64},
         "mdr": {"model": "tiny", "tokenizer": "train", "vocab_size": 2000, "max_history_rounds": 8,
-                "teacher": _TINY_TRAIN, "student": _TINY_TRAIN, "decoder": _TINY_TRAIN},
+                "teacher": {**_TINY_TRAIN, "epochs": 6}, "student": _TINY_TRAIN,
+                "decoder": {**_TINY_TRAIN, "epochs": 6}},
         # A random-init base has no language for LoRA to adapt: the tiny extractor adapts its head too.
         "glong": {"extractor": {"model": "tiny", "lora_lm_head": True, "max_new_tokens": 48},
                   "extractor_train": {**_TINY_TRAIN, "epochs": 2, "lr": 2.0e-3},
-                  "summariser": {"model": "tiny"}, "summariser_train": {**_TINY_TRAIN, "epochs": 2},
+                  "summariser": {"model": "tiny"}, "summariser_train": {**_TINY_TRAIN, "epochs": 4},
                   "eval_examples": 32},
         # EMMA: tiny random-init T5 (quantised to 4-bit NF4 on the CPU too), MiniLM retriever.
-        "emma": {"dialogue": {"model": "tiny", "batch_size": 16, "max_epochs": 2, "max_source_length": 512},
+        "emma": {"dialogue": {"model": "tiny", "batch_size": 16, "max_epochs": 4, "max_source_length": 512},
                  "dialogue_train": {"eval_every": 20, "save_every": 20, "warmup_steps": 5},
                  # MiniLM (the shipped package), contexts of up to 512 tokens as in the paper.
                  "retriever": {"model": None, "batch_size": 16, "max_epochs": 2},
