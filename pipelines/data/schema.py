@@ -14,16 +14,14 @@ to the earlier one it refers to or updates; links never delete anything.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from datetime import datetime
-from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipelines.errors import DataError
+from pipelines.jsonl import iter_jsonl, write_jsonl
 
 SCHEMA_NAME = "mnemos.episodes"
 SCHEMA_VERSION = 1
@@ -175,30 +173,10 @@ class Episode(_Model):
 
 # --- storage ------------------------------------------------------------------
 
-def _header() -> str:
-    return json.dumps({"schema": SCHEMA_NAME, "version": SCHEMA_VERSION})
-
-
 def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode]) -> int:
     """Write episodes atomically (temporary file, then rename). Returns the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_header() + "\n")
-            for episode in episodes:
-                f.write(episode.model_dump_json(exclude_defaults=True) + "\n")
-                count += 1
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return count
+    return write_jsonl(path, SCHEMA_NAME, SCHEMA_VERSION,
+                       (e.model_dump_json(exclude_defaults=True) for e in episodes))
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
@@ -218,37 +196,12 @@ def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
 
 def iter_numbered_episodes(path: str | os.PathLike) -> Iterator[tuple[int, Episode]]:
     """Like :func:`iter_episodes`, with the 1-based line number of each episode."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError("file does not exist", file=str(path))
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(f"not UTF-8 ({exc.reason} at byte {exc.start})", file=str(path),
-                                record=f"line {lineno}") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"invalid JSON ({exc.msg}, column {exc.colno})", file=str(path),
-                                record=f"line {lineno}") from None
-            if lineno == 1:
-                if not isinstance(obj, dict) or obj.get("schema") != SCHEMA_NAME:
-                    raise DataError(f"missing header {_header()}", file=str(path), record="line 1",
-                                    field="schema")
-                if obj.get("version") != SCHEMA_VERSION:
-                    raise DataError(f"schema version {obj.get('version')!r}, this code reads "
-                                    f"version {SCHEMA_VERSION}", file=str(path), record="line 1",
-                                    field="version")
-                continue
-            try:
-                yield lineno, Episode.model_validate(obj)
-            except ValidationError as exc:
-                field, msg = _first_error(exc)
-                raise DataError(msg, file=str(path), record=f"line {lineno}", field=field) from None
+    for lineno, obj in iter_jsonl(path, SCHEMA_NAME, SCHEMA_VERSION):
+        try:
+            yield lineno, Episode.model_validate(obj)
+        except ValidationError as exc:
+            field, msg = _first_error(exc)
+            raise DataError(msg, file=str(path), record=f"line {lineno}", field=field) from None
 
 
 def read_episodes(path: str | os.PathLike) -> list[Episode]:

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Iterable, Iterator
 
 from pipelines.data.schema import Episode
 from pipelines.errors import DataError
+from pipelines.jsonl import iter_jsonl, write_jsonl
 
 EXAMPLES_SCHEMA = "mnemos.mdr_examples"
 EXAMPLES_VERSION = 1
@@ -139,24 +138,8 @@ def build_mdr_examples(episodes: Iterable[Episode], *, max_history_rounds: int |
 
 def write_mdr_examples(path: str | os.PathLike, examples: Iterable[MDRExample]) -> int:
     """Write examples as jsonl atomically (temporary file, then rename). Returns the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"schema": EXAMPLES_SCHEMA, "version": EXAMPLES_VERSION}) + "\n")
-            for example in examples:
-                f.write(json.dumps(example.to_json(), ensure_ascii=False) + "\n")
-                count += 1
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return count
+    return write_jsonl(path, EXAMPLES_SCHEMA, EXAMPLES_VERSION,
+                       (json.dumps(e.to_json(), ensure_ascii=False) for e in examples))
 
 
 _FIELDS = {"persona": list, "history": list, "query": str, "response": str, "episode_id": str,
@@ -166,46 +149,28 @@ _FIELDS = {"persona": list, "history": list, "query": str, "response": str, "epi
 
 def iter_mdr_examples(path: str | os.PathLike) -> Iterator[MDRExample]:
     """Read examples written by :func:`write_mdr_examples`; DataError names file, line, field."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError("file does not exist", file=str(path))
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"invalid JSON ({exc.msg})", file=str(path), record=f"line {lineno}") from None
-            if lineno == 1:
-                if not isinstance(obj, dict) or obj.get("schema") != EXAMPLES_SCHEMA:
-                    raise DataError(f"missing header with schema {EXAMPLES_SCHEMA!r}", file=str(path),
-                                    record="line 1", field="schema")
-                if obj.get("version") != EXAMPLES_VERSION:
-                    raise DataError(f"version {obj.get('version')!r}, this code reads {EXAMPLES_VERSION}",
-                                    file=str(path), record="line 1", field="version")
-                continue
-            if not isinstance(obj, dict):
-                raise DataError("a line must be a JSON object", file=str(path), record=f"line {lineno}")
-            for name, kind in _FIELDS.items():
-                if name not in obj:
-                    raise DataError("missing field", file=str(path), record=f"line {lineno}", field=name)
-                if not isinstance(obj[name], kind):
-                    raise DataError(f"must be a {kind.__name__}", file=str(path), record=f"line {lineno}",
-                                    field=name)
-            history = obj["history"]
-            for i, pair in enumerate(history):
-                if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
-                    raise DataError("each history round must be a [query, response] pair of strings",
-                                    file=str(path), record=f"line {lineno}", field=f"history.{i}")
-            for name in ("query", "response"):
-                if not obj[name].strip():
-                    raise DataError("must be non-empty", file=str(path), record=f"line {lineno}", field=name)
-            extra = sorted(set(obj) - set(_FIELDS))
-            if extra:
-                raise DataError(f"unknown field(s) {extra}", file=str(path), record=f"line {lineno}",
-                                field=extra[0])
-            yield MDRExample(**{**obj, "history": [(q, r) for q, r in history]})
+    for lineno, obj in iter_jsonl(path, EXAMPLES_SCHEMA, EXAMPLES_VERSION):
+        if not isinstance(obj, dict):
+            raise DataError("a line must be a JSON object", file=str(path), record=f"line {lineno}")
+        for name, kind in _FIELDS.items():
+            if name not in obj:
+                raise DataError("missing field", file=str(path), record=f"line {lineno}", field=name)
+            if not isinstance(obj[name], kind):
+                raise DataError(f"must be a {kind.__name__}", file=str(path), record=f"line {lineno}",
+                                field=name)
+        history = obj["history"]
+        for i, pair in enumerate(history):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+                raise DataError("each history round must be a [query, response] pair of strings",
+                                file=str(path), record=f"line {lineno}", field=f"history.{i}")
+        for name in ("query", "response"):
+            if not obj[name].strip():
+                raise DataError("must be non-empty", file=str(path), record=f"line {lineno}", field=name)
+        extra = sorted(set(obj) - set(_FIELDS))
+        if extra:
+            raise DataError(f"unknown field(s) {extra}", file=str(path), record=f"line {lineno}",
+                            field=extra[0])
+        yield MDRExample(**{**obj, "history": [(q, r) for q, r in history]})
 
 
 def read_mdr_examples(path: str | os.PathLike) -> list[MDRExample]:

@@ -43,11 +43,11 @@ import math
 import os
 import random
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 from pipelines.data.schema import Episode, Memory, Session
 from pipelines.errors import ConfigError, DataError
+from pipelines.jsonl import iter_jsonl, write_jsonl
 
 TASKS = ("generation", "summarize", "link")
 MEMORY, LINK, NOW, SEP, NONE, USER, BOT = "[MEMORY]", "[LINK]", "[NOW]", "[SEP]", "[NONE]", "[USER]", "[BOT]"
@@ -383,35 +383,22 @@ def build_examples(episodes: Iterable[Episode], config: FormatConfig | None = No
 
 # --- storage ----------------------------------------------------------------------------------------
 
+EXAMPLES_SCHEMA, EXAMPLES_VERSION = "mnemos.emma_examples", 1
+
+
 def write_examples(path: str | os.PathLike, examples: Iterable[Example]) -> int:
-    """One JSON object per line (``task, source, target, episode_id, session_id, ref``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with open(path, "w", encoding="utf-8") as f:
-        for ex in examples:
-            f.write(json.dumps(asdict(ex), ensure_ascii=False) + "\n")
-            count += 1
-    return count
+    """One JSON object per line (``task, source, target, episode_id, session_id, ref``), atomically."""
+    return write_jsonl(path, EXAMPLES_SCHEMA, EXAMPLES_VERSION,
+                       (json.dumps(asdict(ex), ensure_ascii=False) for ex in examples))
 
 
 def iter_examples(path: str | os.PathLike) -> Iterator[Example]:
-    path = Path(path)
-    if not path.exists():
-        raise DataError("file does not exist", file=str(path))
     names = {f for f in Example.__dataclass_fields__}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"invalid JSON ({exc.msg})", file=str(path), record=f"line {lineno}") from None
-            missing = [k for k in ("task", "source", "target", "episode_id", "session_id") if k not in obj]
-            if missing:
-                raise DataError("missing field", file=str(path), record=f"line {lineno}", field=missing[0])
-            if obj["task"] not in TASKS:
-                raise DataError(f"unknown task {obj['task']!r}, expected one of {TASKS}", file=str(path),
-                                record=f"line {lineno}", field="task")
-            yield Example(**{k: v for k, v in obj.items() if k in names})
+    for lineno, obj in iter_jsonl(path, EXAMPLES_SCHEMA, EXAMPLES_VERSION):
+        missing = [k for k in ("task", "source", "target", "episode_id", "session_id") if k not in obj]
+        if missing:
+            raise DataError("missing field", file=str(path), record=f"line {lineno}", field=missing[0])
+        if obj["task"] not in TASKS:
+            raise DataError(f"unknown task {obj['task']!r}, expected one of {TASKS}", file=str(path),
+                            record=f"line {lineno}", field="task")
+        yield Example(**{k: v for k, v in obj.items() if k in names})

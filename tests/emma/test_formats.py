@@ -169,8 +169,9 @@ def test_examples_round_trip(tmp_path, episode):
     path = tmp_path / "emma.jsonl"
     assert F.write_examples(path, examples) == len(examples) == 5 + 6 + 6
     assert list(F.iter_examples(path)) == examples
-    path.write_text('{"task": "chat", "source": "x", "target": "y", "episode_id": "E", "session_id": "S"}\n')
-    with pytest.raises(DataError, match=r"record line 1, field 'task'"):
+    path.write_text(f'{{"schema": "{F.EXAMPLES_SCHEMA}", "version": {F.EXAMPLES_VERSION}}}\n'
+                    '{"task": "chat", "source": "x", "target": "y", "episode_id": "E", "session_id": "S"}\n')
+    with pytest.raises(DataError, match=r"record line 2, field 'task'"):
         list(F.iter_examples(path))
 
 
