@@ -116,7 +116,28 @@ def _tokenizer(model: str, spec: bool, texts: Iterable[str], vocab: int):
 
 # --- the triplet extractor ---------------------------------------------------------------------
 
-class GLongExtractorTask:
+class _EncodedLMTask:
+    """The TrainTask parts the two G-Long models share: pre-encoded items, padding, HF loss."""
+
+    def train_dataset(self):
+        return self._train
+
+    def valid_dataset(self):
+        return self._valid
+
+    def collate(self, items):
+        return pad_batch(items, self.tokenizer.pad_token_id)
+
+    def target_labels(self, labels):
+        return labels
+
+    def compute_loss(self, model, batch):
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    labels=batch["labels"])
+        return out.loss, int((self.target_labels(batch["labels"]) != IGNORE).sum())
+
+
+class GLongExtractorTask(_EncodedLMTask):
     """QLoRA instruction tuning of utterance -> JSON triplets (engine ``TrainTask``)."""
 
     paper = ("G-Long (seed 003), triplet extraction module: QLoRA instruction tuning "
@@ -180,20 +201,9 @@ class GLongExtractorTask:
                           task_type="CAUSAL_LM" if c.arch == "causal" else "SEQ_2_SEQ_LM")
         return get_peft_model(model, lora)
 
-    def train_dataset(self):
-        return self._train
-
-    def valid_dataset(self):
-        return self._valid
-
-    def collate(self, items):
-        return pad_batch(items, self.tokenizer.pad_token_id)
-
-    def compute_loss(self, model, batch):
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    labels=batch["labels"])
-        labels = batch["labels"] if self.config.arch == "seq2seq" else batch["labels"][:, 1:]
-        return out.loss, int((labels != IGNORE).sum())
+    def target_labels(self, labels):
+        """Causal LMs predict token t+1 from token t: the first label is never a target."""
+        return labels if self.config.arch == "seq2seq" else labels[:, 1:]
 
     def save_final(self, model, out_dir: Path) -> None:
         out_dir = Path(out_dir)
@@ -265,7 +275,7 @@ def read_samsum(path: str | Path) -> list[SummaryPair]:
     return out
 
 
-class GLongImportanceTask:
+class GLongImportanceTask(_EncodedLMTask):
     """Fine-tuning a T5 dialogue summariser, the source of the importance attention."""
 
     paper = "G-Long (seed 003), attention-aware importance scoring: T5 dialogue summariser"
@@ -301,19 +311,7 @@ class GLongImportanceTask:
                             eos_token_id=tok.eos_token_id)
         return build_t5(self.config.model)
 
-    def train_dataset(self):
-        return self._train
 
-    def valid_dataset(self):
-        return self._valid
-
-    def collate(self, items):
-        return pad_batch(items, self.tokenizer.pad_token_id)
-
-    def compute_loss(self, model, batch):
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    labels=batch["labels"])
-        return out.loss, int((batch["labels"] != IGNORE).sum())
 
     def save_final(self, model, out_dir: Path) -> None:
         model.save_pretrained(out_dir)

@@ -1,0 +1,86 @@
+"""DVC over the same project the UI run filled: metrics, plots and a params diff (no browser needed).
+
+The outputs come from the Dagster run launched in the UI; ``dvc commit`` records them in dvc.lock
+(the graph is not run a second time), after which DVC sees the pipeline up to date: Dagster and DVC
+run the same stages over the same files.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from pipelines.config import resolve
+from pipelines.stages import STAGES
+from tests.browser import harness as h
+
+pytestmark = pytest.mark.browser
+
+METRICS = [m for s in STAGES.values() for m in s.metrics]
+PLOTS = [p if isinstance(p, str) else next(iter(p)) for s in STAGES.values() for p in s.plots]
+
+
+@pytest.fixture(scope="module")
+def dvc_project(project, materialized) -> h.Project:
+    project.run("dvc", "commit", "--force", timeout=300)
+    status = project.run("dvc", "status").stdout
+    assert "Data and pipelines are up to date." in status, status
+    return project
+
+
+def flat_keys(tree: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            keys |= flat_keys(value, f"{prefix}{key}.")
+        else:
+            keys.add(f"{prefix}{key}")
+    return keys
+
+
+def test_dvc_metrics_show_prints_the_benchmark_metrics(dvc_project):
+    assert METRICS, "no stage declares a DVC metrics file"
+    shown = json.loads(dvc_project.run("dvc", "metrics", "show", "--json").stdout)
+    for path in METRICS:
+        written = json.loads((dvc_project.root / path).read_text())
+        assert shown[""]["data"][path]["data"] == written
+    table = dvc_project.run("dvc", "metrics", "show").stdout
+    header = table.splitlines()[0].split()
+    assert header[0] == "Path" and set(header[1:]) == set().union(
+        *(flat_keys(json.loads((dvc_project.root / p).read_text())) for p in METRICS))
+
+
+def test_dvc_plots_show_renders_the_recall_curves(dvc_project):
+    assert PLOTS, "no stage declares a DVC plot"
+    shown = json.loads(dvc_project.run("dvc", "plots", "show", "--json").stdout)["data"]
+    assert sorted(shown) == sorted(PLOTS)
+    recall = next(p for p in PLOTS if p.endswith(".csv"))
+    spec = next(p[recall] for st in STAGES.values() for p in st.plots if isinstance(p, dict) and recall in p)
+    content = shown[recall][0]["content"]
+    rows = content["data"]["values"]
+    assert {r["field"] for r in rows} == set(spec["y"])                 # one curve per strategy
+    ks = resolve(params_file=dvc_project.root / "params.yaml")["benchmark"]["ks"]
+    assert sorted({r["k"] for r in rows}, key=int) == [str(k) for k in ks]  # one point per cut-off
+    html = dvc_project.run("dvc", "plots", "show", "-o", "dvc_plots").stdout
+    index = dvc_project.root / "dvc_plots" / "index.html"
+    assert index.exists(), html
+    assert recall in index.read_text()
+
+
+def test_dvc_params_diff_shows_a_changed_parameter(dvc_project):
+    path = dvc_project.root / "params.yaml"
+    original = path.read_text()
+    params = yaml.safe_load(original)
+    before = params["benchmark"]["budget_tokens"]
+    params["benchmark"]["budget_tokens"] = before // 2
+    try:
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
+        diff = json.loads(dvc_project.run("dvc", "params", "diff", "--json").stdout)
+        assert diff == {"params.yaml": {"benchmark.budget_tokens": {"old": before, "new": before // 2}}}
+        table = dvc_project.run("dvc", "params", "diff").stdout
+        assert "benchmark.budget_tokens" in table and str(before) in table and str(before // 2) in table
+    finally:
+        path.write_text(original)
+    assert dvc_project.run("dvc", "params", "diff", "--json").stdout.strip() in ("", "{}")
