@@ -23,6 +23,8 @@ setup: .setup-stamp
 	$(PY) -m pip install -q -e '.[test]'
 	# dvc's hydra-core pins antlr4 4.9, which breaks Dagster's --select parser; 4.13.2 fixes Dagster and keeps `dvc repro` working.
 	$(PY) -m pip install -q --no-deps antlr4-python3-runtime==4.13.2
+	# Debian's chromium + chromium-driver for the browser tests of the UIs (no-op when present).
+	bash deploy/install-browser.sh
 	touch .setup-stamp
 
 # The main job: the whole asset graph on the tiny profile, through Dagster.

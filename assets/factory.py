@@ -39,9 +39,11 @@ def to_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_result(stage: Stage, outcome: CheckOutcome) -> dg.AssetCheckResult:
+def check_result(stage: Stage, outcome: CheckOutcome, report_url: str | None = None) -> dg.AssetCheckResult:
     meta = {"failing_records": outcome.count, "examples": dg.MetadataValue.md(
         "\n".join(f"- `{e}`" for e in outcome.examples) or "none")}
+    if report_url:
+        meta["validation_report_url"] = dg.MetadataValue.url(report_url)
     meta.update(to_metadata(outcome.metadata))
     return dg.AssetCheckResult(
         asset_key=dg.AssetKey(stage.name), check_name=outcome.name, passed=outcome.passed,
@@ -53,7 +55,8 @@ def materialize_result(stage: Stage, result: StageResult) -> dg.MaterializeResul
     meta = dict(result.metadata)
     meta.update({f"metric.{k}": v for k, v in result.metrics.items() if f"metric.{k}" not in meta})
     return dg.MaterializeResult(metadata=to_metadata(meta),
-                                check_results=[check_result(stage, c) for c in result.checks])
+                                check_results=[check_result(stage, c, result.metadata.get("validation_report_url"))
+                                               for c in result.checks])
 
 
 def pipes_command(stage: Stage, mnemos: MnemosResource) -> list[str]:

@@ -64,7 +64,8 @@ def ingest_and_validate(ctx, source: str, path: Path, name: str) -> StageResult:
     if ctx.tracker is not None:
         ctx.tracker.log_artifact(html, artifact_path="validation")
         ctx.tracker.log_artifact(html.with_suffix(".json"), artifact_path="validation")
-    meta = {"source": source, "path": str(path), "validation_report": str(html)}
+    meta = {"source": source, "path": str(path), "validation_report": str(html),
+            "validation_report_url": html.resolve().as_uri()}
     if any(c.blocking and not c.passed for c in report.outcomes):
         return StageResult(metadata=meta, checks=list(report.outcomes))
     counts = write_canonical(loaded, ctx.path(canonical_dir(name)))

@@ -25,9 +25,12 @@ RECALL_CSV = f"{PLOTS}/recall_at_k.csv"
 
 
 def _recall_plot() -> dict:
-    """DVC plot of turn-level recall@k, one line per configured strategy (from params.yaml)."""
+    """DVC plot of turn-level recall@k, one line per configured strategy scored at turn level."""
+    from pipelines.memory import STRATEGIES
+
     strategies = load_params().get("benchmark", {}).get("strategies", [])
-    return {RECALL_CSV: {"x": "k", "y": [f"turn/{s}" for s in strategies], "template": "linear",
+    turn_level = [s for s in strategies if s in STRATEGIES and "turn" in STRATEGIES[s].granularities]
+    return {RECALL_CSV: {"x": "k", "y": [f"turn/{s}" for s in turn_level], "template": "linear",
                          "title": "Recall@k per strategy (turn level)", "y_label": "recall@k"}}
 
 

@@ -64,16 +64,20 @@ def dagster_ui(project, servers, driver) -> h.Project:
     h.click(driver, h.button_with_text("Skip"), "community dialog's Skip button")
     h.wait_until(driver, lambda: not driver.find_elements("xpath", h.button_with_text("Skip")),
                  "the community dialog did not close", shot="community-dialog")
-    # Dagster records the dismissal in the instance: later visits go straight to the page.
-    assert (project.dagster_home / ".nux" / "nux.yaml").exists()
+    # Dagster records the dismissal in the instance (a GraphQL mutation): later visits skip the dialog.
+    seen = project.dagster_home / ".nux" / "nux.yaml"
+    h.wait_until(driver, seen.exists, f"Dagster never recorded the dismissed dialog in {seen}", timeout=15,
+                 shot="community-dialog")
     return project
 
 
 @dataclass
 class UiRun:
-    run_id: str
-    status: str
-    seconds: float
+    """The Dagster run launched by clicking "Materialize all"."""
+
+    run_id: str     # Dagster's run id
+    status: str     # its final status: SUCCESS, FAILURE or CANCELED
+    seconds: float  # from the click to the final status
 
 
 @pytest.fixture(scope="session")
@@ -116,10 +120,5 @@ def materialized(ui_run, servers) -> UiRun:
 @pytest.fixture(scope="session")
 def mlflow_ui(project, servers, driver) -> h.Project:
     """The MLflow UI opened once, switched to its "Model training" view, assistant panel closed."""
-    driver.get(f"{project.mlflow_url}/#/experiments")
-    h.click(driver, "//*[normalize-space(text())='Model training']", "MLflow's Model training switch")
-    h.element(driver, "//*[normalize-space(text())='Model registry']", "Model training navigation")
-    close = driver.find_elements("css selector", "button[data-component-id='mlflow.assistant.chat_panel.close']")
-    if close:  # a side panel MLflow opens by default; it would cover a third of every screenshot
-        close[0].click()
+    h.open_mlflow_ui(driver, project)
     return project

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -96,10 +97,10 @@ def listening(port: int) -> bool:
 class Project:
     """A temp copy of the project and the environment every command in it runs with."""
 
-    root: Path
-    env: dict[str, str]
-    dagster_port: int
-    mlflow_port: int
+    root: Path              # the copy: params.yaml, data/, models/, reports/, mlflow/, .dagster_home/
+    env: dict[str, str]     # MNEMOS_ROOT, DAGSTER_HOME, MLFLOW_TRACKING_URI, ... pointing into the copy
+    dagster_port: int       # loopback port of `dagster dev`
+    mlflow_port: int        # loopback port of the MLflow server
 
     @property
     def dagster_url(self) -> str:
@@ -121,6 +122,21 @@ class Project:
         return proc
 
 
+def project_env(root: Path, mlflow_port: int) -> dict[str, str]:
+    """The environment of every command run in the project copy at ``root``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MNEMOS_PROFILE", "MLFLOW_TRACKING_URI")}
+    env.update(
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=str(root), MNEMOS_ROOT=str(root),
+        DAGSTER_HOME=str(root / ".dagster_home"), MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}",
+        MNEMOS_ARTIFACT_ROOT=(root / "mlflow" / "artifacts").as_uri(),
+        # The stages' "mlflow_run_url" metadata then links to the server these tests start.
+        MNEMOS_MLFLOW_UI=f"http://127.0.0.1:{mlflow_port}",
+        DAGSTER_DISABLE_TELEMETRY="1", MLFLOW_DISABLE_TELEMETRY="true", GX_ANALYTICS_ENABLED="false",
+        DVC_NO_ANALYTICS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+    )
+    return env
+
+
 def build_project(root: Path) -> Project:
     """Copy the checkout into ``root``, shrink its knobs, and commit it (DVC diffs against HEAD)."""
     for rel in shipped_files():
@@ -136,16 +152,7 @@ def build_project(root: Path) -> Project:
     dagster_port, mlflow_port = free_port(), free_port()
     while mlflow_port == dagster_port:
         mlflow_port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("MNEMOS_PROFILE", "MLFLOW_TRACKING_URI")}
-    env.update(
-        PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=str(root), MNEMOS_ROOT=str(root),
-        DAGSTER_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}",
-        MNEMOS_ARTIFACT_ROOT=(root / "mlflow" / "artifacts").as_uri(),
-        # The stages' "mlflow_run_url" metadata then links to the server these tests start.
-        MNEMOS_MLFLOW_UI=f"http://127.0.0.1:{mlflow_port}",
-        DAGSTER_DISABLE_TELEMETRY="1", MLFLOW_DISABLE_TELEMETRY="true", GX_ANALYTICS_ENABLED="false",
-        DVC_NO_ANALYTICS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-    )
+    env = project_env(root, mlflow_port)
     project = Project(root=root, env=env, dagster_port=dagster_port, mlflow_port=mlflow_port)
     project.run("git", "init", "-q")
     project.run("git", "add", "-A")
@@ -210,12 +217,12 @@ def _sigint_handled():
 class Server:
     """One server process started in a process group of its own, so that signals reach its tree."""
 
-    name: str
-    cmd: list[str]
-    project: Project
-    port: int
-    proc: subprocess.Popen | None = None
-    log: Path = field(init=False)
+    name: str                                # also names its log, test-artifacts/browser/<name>.log
+    cmd: list[str]                           # the command line, run in the project copy
+    project: Project                         # cwd and environment
+    port: int                                # the loopback port it listens on
+    proc: subprocess.Popen | None = None     # the group leader, once started
+    log: Path = field(init=False)            # stdout and stderr
 
     def __post_init__(self):
         self.log = ARTIFACTS / f"{self.name}.log"
@@ -359,12 +366,12 @@ def screenshot(driver, name: str) -> Path:
 
 README_SCREENSHOTS = {
     "dagster-asset-graph", "dagster-asset-check", "dagster-run", "dagster-benchmark-table",
-    "mlflow-experiments", "mlflow-runs", "mlflow-run", "mlflow-models", "validation-report",
+    "mlflow-experiments", "mlflow-runs", "mlflow-run", "mlflow-model-card", "mlflow-models", "validation-report",
 }
 
 
-def wait_until(driver, condition: Callable[[], object], message: str, timeout: float = UI_TIMEOUT_S,
-               poll: float = 0.5, shot: str | None = None):
+def wait_until(driver, condition: Callable[[], object], message: str | Callable[[], str],
+               timeout: float = UI_TIMEOUT_S, poll: float = 0.5, shot: str | None = None):
     """WebDriverWait on ``condition``; on timeout save a screenshot and fail with ``message``."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
@@ -372,25 +379,31 @@ def wait_until(driver, condition: Callable[[], object], message: str, timeout: f
     try:
         return WebDriverWait(driver, timeout, poll_frequency=poll).until(lambda _d: condition())
     except TimeoutException:
-        path = screenshot(driver, f"timeout-{shot or 'page'}")
-        raise AssertionError(f"{message} (after {timeout:.0f} s; screenshot {path}; page text: "
+        path = screenshot(driver, "timeout-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", shot or "page"))
+        text = message() if callable(message) else message
+        raise AssertionError(f"{text} (after {timeout:.0f} s; screenshot {path}; page text: "
                              f"{squash(page_text(driver))[:1500]!r})") from None
 
 
 def wait_for_texts(driver, texts: Iterable[str], what: str, timeout: float = UI_TIMEOUT_S) -> str:
     """Wait until every one of ``texts`` is on the page (whitespace-insensitive); return the text."""
     wanted = [squash(t) for t in texts]
-    state = {"missing": wanted}
+    missing = list(wanted)
 
     def all_there():
         text = squash(page_text(driver))
-        state["missing"] = [t for t in wanted if t not in text]
-        return text if not state["missing"] else None
+        missing[:] = [t for t in wanted if t not in text]
+        return text if not missing else None
 
-    try:
-        return wait_until(driver, all_there, f"{what}: missing {state['missing']}", timeout, shot=what)
-    except AssertionError as err:
-        raise AssertionError(f"{what}: never showed {state['missing']}; {err}") from None
+    return wait_until(driver, all_there, lambda: f"{what}: never showed {missing}", timeout, shot=what)
+
+
+def shown_as(shown: str, name: str) -> bool:
+    """``shown`` is ``name``, or ``name`` cut in the middle with an ellipsis (how long names render)."""
+    if shown == name:
+        return True
+    head, sep, tail = shown.partition("\u2026")
+    return bool(sep) and len(head) + len(tail) < len(name) and name.startswith(head) and name.endswith(tail)
 
 
 def element(driver, xpath: str, what: str, timeout: float = UI_TIMEOUT_S, clickable: bool = False):
@@ -412,9 +425,11 @@ def button_with_text(text: str) -> str:
     return f"//button[normalize-space()='{text}']"
 
 
-def xpath_literal(text: str) -> str:
-    """``text`` as an XPath string literal (handles quotes)."""
-    if "'" not in text:
-        return f"'{text}'"
-    parts = text.split("'")
-    return "concat(" + ", \"'\", ".join(f"'{p}'" for p in parts) + ")"
+def open_mlflow_ui(driver, project: Project) -> None:
+    """Open the MLflow UI in its "Model training" view, with its assistant side panel closed."""
+    driver.get(f"{project.mlflow_url}/#/experiments")
+    click(driver, "//*[normalize-space(text())='Model training']", "MLflow's Model training switch")
+    element(driver, "//*[normalize-space(text())='Model registry']", "Model training navigation")
+    close = driver.find_elements("css selector", "button[data-component-id='mlflow.assistant.chat_panel.close']")
+    if close:  # a side panel MLflow opens by default; it would cover a third of every screenshot
+        close[0].click()

@@ -48,7 +48,9 @@ def test_materialize_all_from_the_ui_runs_every_stage(project, driver, ui_run):
 
     driver.get(f"{project.dagster_url}/runs/{ui_run.run_id}")
     h.wait_for_texts(driver, ["Success", f"{len(STAGES)} assets", f"Succeeded ({len(STAGES)})",
-                              ui_run.run_id.split("-")[0]], "run page")
+                              ui_run.run_id.split("-")[0], "STEP_SUCCESS", "ASSET_MATERIALIZATION"], "run page")
+    h.wait_until(driver, lambda: "Loading run logs" not in h.page_text(driver), "the run's logs never loaded",
+                 shot="run-logs")
     h.screenshot(driver, "dagster-run")
 
 
@@ -59,26 +61,32 @@ def test_asset_graph_shows_every_stage_in_its_group(dagster_ui, driver, material
     h.click(driver, "//button[not(contains(@class,'MainNavigation'))][.//*[@aria-label='settings']]",
             "asset graph settings")
     h.click(driver, "//*[normalize-space(text())='Expand all groups']", "Expand all groups")
-    h.click(driver, "//button[.//*[@aria-label='panel_show_right']]", "hide the asset sidebar")
+    # Room for the graph: hide the navigation and the asset sidebar.
+    h.click(driver, h.button_with_text("Hide navigation"), "Hide navigation")
+    h.click(driver, "//button[not(normalize-space())][.//*[@aria-label='panel_show_right']]", "asset sidebar toggle")
+    h.wait_until(driver, lambda: not driver.find_elements("xpath", "//input[@placeholder='Jump to…']"),
+                 "the asset sidebar stayed open", shot="asset-sidebar")
     h.wait_for_texts(driver, [*STAGES, *GROUPS], "expanded asset graph")
-    h.wait_until(driver, lambda: not driver.find_elements("xpath", "//*[text()='Collapse all groups']"),
+    h.wait_until(driver, lambda: not any(e.is_displayed() for e in
+                                         driver.find_elements("xpath", "//*[text()='Collapse all groups']")),
                  "the graph settings menu stayed open", shot="graph-menu")
     h.screenshot(driver, "dagster-asset-graph")
 
 
 def test_catalog_lists_every_stage_with_its_group_description_and_status(dagster_ui, driver, materialized):
     driver.get(f"{dagster_ui.dagster_url}/assets")
-    text = h.wait_for_texts(driver, [description_head(s.description) for s in STAGES.values()], "asset catalog")
-    rows = driver.find_elements("xpath", "//tr[td]")
-    by_name = {}
-    for row in rows:
-        cells = row.text.split("\n")
-        if cells and cells[0] in STAGES:
-            by_name[cells[0]] = row.text
-    assert sorted(by_name) == sorted(STAGES), text
-    for name, stage in STAGES.items():
-        lines = by_name[name].split("\n")
-        assert stage.group in lines and "Materialized" in lines, by_name[name]
+    # Each row reads: name, description (cut), code location, group, status (loaded last).
+    expected = {name: (description_head(s.description), ["assets.definitions", s.group, "Materialized"])
+                for name, s in STAGES.items()}
+
+    def rows_complete():
+        lines = [line.strip() for line in h.page_text(driver).splitlines()]
+        rows = {line: lines[i + 1:i + 5] for i, line in enumerate(lines) if line in STAGES}
+        return all(len(rows.get(name, [])) == 4 and h.squash(rows[name][0]).startswith(head)
+                   and rows[name][1:] == tail for name, (head, tail) in expected.items())
+
+    h.wait_until(driver, rows_complete, "the catalog does not list every stage as: name, description, "
+                 f"code location, group, Materialized: {expected}", shot="catalog")
     h.screenshot(driver, "dagster-catalog")
 
 
@@ -96,9 +104,21 @@ def test_ingest_checks_render_with_their_results(dagster_ui, driver, materialize
     report = json.loads((dagster_ui.root / "reports/validation/synthetic.json").read_text())
     passed = {r["name"]: r["passed"] for r in report["rules"]}
     assert sorted(passed) == sorted(c.name for c in stage.checks)
+    expected = {name: "Succeeded" if ok else "Failed" for name, ok in passed.items()}
     driver.get(f"{dagster_ui.dagster_url}/assets/{stage.name}?view=checks")
-    h.wait_for_texts(driver, [f"Checks ({len(stage.checks)})"] +
-                     [f"{name} {'Succeeded' if ok else 'Failed'}" for name, ok in passed.items()], "checks list")
+    h.wait_for_texts(driver, [f"Checks ({len(stage.checks)})"], "checks list")
+    listed: dict[str, str] = {}
+
+    def every_check_listed_with_its_result():
+        lines = [line.strip() for line in h.page_text(driver).splitlines()]
+        pairs = list(zip(lines, lines[1:]))
+        listed.clear()
+        listed.update({name: next((status for shown, status in pairs if h.shown_as(shown, name)), "absent")
+                       for name in expected})
+        return listed == expected
+
+    h.wait_until(driver, every_check_listed_with_its_result,
+                 lambda: f"checks listed as {listed}, expected {expected}", shot="checks-list")
     first = stage.checks[0]
     h.click(driver, f"//*[normalize-space(text())='{first.name}']", f"check {first.name}")
     result = "Passed" if passed[first.name] else "Failed"
@@ -136,7 +156,33 @@ def test_benchmark_metadata_shows_the_table_and_links_the_mlflow_run(dagster_ui,
     h.screenshot(driver, "dagster-benchmark-table")
     h.click(driver, h.button_with_text("Close"), "markdown dialog's Close button")
 
-    link = h.element(driver, f"//tr[td[normalize-space()='mlflow_run_url']]//a[@href]", "MLflow run link")
+    link = h.element(driver, "//tr[td[normalize-space()='mlflow_run_url']]//a[@href]", "MLflow run link")
     assert link.get_attribute("href") == run_url
     driver.get(run_url)  # the link leads to the benchmark's run in the started MLflow server
     h.wait_for_texts(driver, [f"benchmark-{config['profile']}", "Metrics"], "MLflow run behind the link")
+
+
+def metadata_value(driver, key: str) -> str:
+    """The value cell of metadata row ``key`` on an asset page (cells: key, timestamp, value)."""
+    return h.element(driver, f"//tr[td[1][normalize-space()='{key}']]/td[last()]", f"metadata {key}").text.strip()
+
+
+def test_materialisation_metadata_shows_row_counts_and_losses(dagster_ui, driver, materialized):
+    from mlflow import MlflowClient
+
+    root = dagster_ui.root
+    counts = json.loads((root / "reports/validation/synthetic.json").read_text())["counts"]
+    driver.get(f"{dagster_ui.dagster_url}/assets/ingest_synthetic")
+    h.wait_for_texts(driver, ["Metadata", "validation_report"], "ingest_synthetic metadata")
+    for table in ("episodes", "sessions", "turns", "memories", "queries", "triplets"):
+        assert metadata_value(driver, table) == str(counts[table]), table
+
+    # A training stage's losses, as its MLflow run recorded them.
+    stage = next(s for s in STAGES.values() if s.launcher == "accelerate")
+    client = MlflowClient(tracking_uri=dagster_ui.env["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name(stage.mlflow_experiment)
+    [run] = client.search_runs([exp.experiment_id], filter_string=f"attributes.run_name LIKE '{stage.name}-%'")
+    driver.get(f"{dagster_ui.dagster_url}/assets/{stage.name}")
+    h.wait_for_texts(driver, ["Metadata", "final_train_loss", "best_valid_loss"], f"{stage.name} metadata")
+    for key in ("final_train_loss", "best_valid_loss"):
+        assert float(metadata_value(driver, key)) == pytest.approx(run.data.metrics[key], rel=1e-6), key

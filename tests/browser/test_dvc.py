@@ -54,8 +54,11 @@ def test_dvc_metrics_show_prints_the_benchmark_metrics(dvc_project):
 
 def test_dvc_plots_show_renders_the_recall_curves(dvc_project):
     assert PLOTS, "no stage declares a DVC plot"
-    shown = json.loads(dvc_project.run("dvc", "plots", "show", "--json").stdout)["data"]
+    answer = json.loads(dvc_project.run("dvc", "plots", "show", "--json").stdout)
+    assert not answer.get("errors"), answer["errors"]
+    shown = answer["data"]
     assert sorted(shown) == sorted(PLOTS)
+    assert all(len(shown[p]) == 1 for p in PLOTS), {p: len(shown[p]) for p in PLOTS}
     recall = next(p for p in PLOTS if p.endswith(".csv"))
     spec = next(p[recall] for st in STAGES.values() for p in st.plots if isinstance(p, dict) and recall in p)
     content = shown[recall][0]["content"]
@@ -78,7 +81,8 @@ def test_dvc_params_diff_shows_a_changed_parameter(dvc_project):
     try:
         path.write_text(yaml.safe_dump(params, sort_keys=False))
         diff = json.loads(dvc_project.run("dvc", "params", "diff", "--json").stdout)
-        assert diff == {"params.yaml": {"benchmark.budget_tokens": {"old": before, "new": before // 2}}}
+        assert diff == {"params.yaml": {"benchmark.budget_tokens": {"old": before, "new": before // 2,
+                                                                    "diff": before // 2 - before}}}
         table = dvc_project.run("dvc", "params", "diff").stdout
         assert "benchmark.budget_tokens" in table and str(before) in table and str(before // 2) in table
     finally:

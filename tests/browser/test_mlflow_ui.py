@@ -65,7 +65,7 @@ def test_runs_are_named_by_stage_and_profile(mlflow_ui, driver, client, profile)
             assert run.info.status == "FINISHED", f"{stage.name}: {run.info.status}"
             assert run.data.tags["mnemos.stage"] == stage.name
         driver.get(f"{mlflow_ui.mlflow_url}/#/experiments/{exp.experiment_id}/runs")
-        h.wait_for_texts(driver, ["Runs", name, f"{len(stages)} matching runs",
+        h.wait_for_texts(driver, ["Runs", name, f"{len(stages)} matching run{'s' if len(stages) > 1 else ''}",
                                   *[f"{s.name}-{profile}" for s in stages]], f"runs of {name}")
     h.screenshot(driver, "mlflow-runs")
 
@@ -114,6 +114,12 @@ def test_registered_models_list_every_trained_model_with_its_version(mlflow_ui, 
         assert len(found) == 1, f"{stage.name}: {len(found)} model versions registered by its run"
         versions[found[0].name] = found[0].version
     driver.get(f"{mlflow_ui.mlflow_url}/#/models")
-    h.wait_for_texts(driver, ["Registered Models", *[f"{name} Version {v}" for name, v in versions.items()]],
-                     "registered models")
+    h.wait_for_texts(driver, ["Registered Models", *versions], "registered models")
+    # On a first visit MLflow advertises its new registry UI in a modal over the list: close it.
+    promo = "//*[@role='dialog'][contains(normalize-space(),'Model Registry UI')]"
+    h.click(driver, f"{promo}//button[@aria-label='Close']", "registry UI promotion's Close button", timeout=15)
+    modal = f"{promo} | //*[contains(@class,'modal-mask')]"  # the dialog and its fading backdrop
+    h.wait_until(driver, lambda: not any(e.is_displayed() for e in driver.find_elements("xpath", modal)),
+                 "the promotion did not close", shot="models-promo")
+    h.wait_for_texts(driver, [f"{name} Version {v}" for name, v in versions.items()], "registered model versions")
     h.screenshot(driver, "mlflow-models")
