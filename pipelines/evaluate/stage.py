@@ -59,16 +59,18 @@ def benchmark(ctx) -> StageResult:
     if ctx.tracker is not None:
         for path in out["plots"]:
             ctx.tracker.log_artifact(path, artifact_path="plots")
+    # The trained methods' sections: (markdown, metrics of one "strategy" key) each, written once below.
     generation = _mdr_generation(ctx, episodes, split)
-    _append_generation(ctx, out, generation)
-    extraction = _append_extraction(ctx, out)
-    emma = _append_emma(ctx, out, episodes, split)
+    sections = {"mdr": (generation["markdown"], _generation_metrics(generation)),
+                "glong_extractor": _extraction_section(ctx),
+                "emma": _emma_section(ctx, episodes, split)}
+    _write_sections(ctx, out, sections)
     metrics = {f"{strategy}/{name}": value
                for strategy, values in out["metrics"]["synthetic"].items() for name, value in values.items()}
     meta = {"episodes": len(episodes), "strategies": list(cfg["strategies"]),
             "benchmark_md": "\n\n".join(out["markdown"].values()) if isinstance(out["markdown"], dict) else out["markdown"],
-            "report": str(ctx.path(REPORT)), "generation_md": generation["markdown"], "extraction_md": extraction,
-            "emma_md": emma}
+            "report": str(ctx.path(REPORT)), "generation_md": sections["mdr"][0],
+            "extraction_md": sections["glong_extractor"][0], "emma_md": sections["emma"][0]}
     return StageResult(metadata=meta, metrics=metrics)
 
 
@@ -124,24 +126,30 @@ def _mdr_generation(ctx, episodes, split: str) -> dict:
     return {"overall": result["overall"], "by_session": result["by_session"], "markdown": md}
 
 
-def _append_generation(ctx, out: dict, generation: dict) -> None:
-    """Add the generation results to benchmark.md and metrics.json (suite -> strategy -> metric)."""
-    import json
-
-    report = ctx.path(REPORT)
-    report.write_text(report.read_text(encoding="utf-8") + "\n" + generation["markdown"], encoding="utf-8")
+def _generation_metrics(generation: dict) -> dict[str, float]:
     mdr = {f"generation/{k}": v for k, v in generation["overall"].items()}
     for num, m in generation["by_session"].items():
         mdr.update({f"generation/session_{num}/{k}": v for k, v in m.items() if k in ("bleu-1", "rouge-l")})
-    out["metrics"]["synthetic"]["mdr"] = mdr
+    return mdr
+
+
+def _write_sections(ctx, out: dict, sections: dict[str, tuple[str, dict]]) -> None:
+    """Append the sections to benchmark.md and their metrics to metrics.json (suite -> key -> metric)."""
+    import json
+
+    report = ctx.path(REPORT)
+    report.write_text(report.read_text(encoding="utf-8") + "".join("\n" + md for md, _ in sections.values()),
+                      encoding="utf-8")
+    for key, (_, metrics) in sections.items():
+        out["metrics"]["synthetic"][key] = metrics
     path = ctx.path(METRICS)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out["metrics"], indent=2, sort_keys=True), encoding="utf-8")
     tmp.replace(path)
 
 
-def _append_extraction(ctx, out: dict) -> str:
-    """G-Long's extractor: triplet precision / recall / F1 on the test split, into the report."""
+def _extraction_section(ctx) -> tuple[str, dict]:
+    """G-Long's extractor: triplet precision / recall / F1 on the test split."""
     import json
 
     scores = json.loads((ctx.path(GLONG_EXTRACTOR) / GLONG_EVAL).read_text())
@@ -154,16 +162,10 @@ def _append_extraction(ctx, out: dict) -> str:
         "this extractor.", "",
         "| " + " | ".join(keys) + " |", "|" + " ---: |" * len(keys),
         "| " + " | ".join(f"{scores[k]:.3f}" if isinstance(scores[k], float) else str(scores[k]) for k in keys) + " |", ""])
-    report = ctx.path(REPORT)
-    report.write_text(report.read_text(encoding="utf-8") + "\n" + md, encoding="utf-8")
-    out["metrics"]["synthetic"].setdefault("glong_extractor", {}).update(
-        {f"extraction/{k}": float(v) for k, v in scores.items()})
-    path = ctx.path(METRICS)
-    path.write_text(json.dumps(out["metrics"], indent=2, sort_keys=True), encoding="utf-8")
-    return md
+    return md, {f"extraction/{k}": float(v) for k, v in scores.items()}
 
 
-def _append_emma(ctx, out: dict, episodes, split: str) -> str:
+def _emma_section(ctx, episodes, split: str) -> tuple[str, dict]:
     """EMMA: the retriever's Recall@1 / MRR untrained vs trained, and the dialogue module's
     responses (generation task) scored with BLEU, ROUGE-L and Distinct per session index."""
     import json
@@ -210,12 +212,9 @@ def _append_emma(ctx, out: dict, episodes, split: str) -> str:
         "| " + " | ".join(f"{overall[k]:.3f}" for k in ("bleu-1", "bleu-2", "rouge-l", "dist-1", "dist-2",
                                                          "c_dist-1", "c_dist-2")) + " |", "",
         "By session:", "", "\n".join(per), ""])
-    report = ctx.path(REPORT)
-    report.write_text(report.read_text(encoding="utf-8") + "\n" + md, encoding="utf-8")
-    emma = out["metrics"]["synthetic"].setdefault("emma", {})
+    emma = {}
     emma.update({f"retriever/{w}/{k}": float(v) for w, vals in scores.items() for k, v in vals.items()})
     emma.update({f"generation/{k}": float(v) for k, v in overall.items()})
     for num, m in by.items():
         emma.update({f"generation/session_{num}/{k}": float(m[k]) for k in ("bleu-1", "rouge-l")})
-    ctx.path(METRICS).write_text(json.dumps(out["metrics"], indent=2, sort_keys=True), encoding="utf-8")
-    return md
+    return md, emma
