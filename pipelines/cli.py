@@ -6,6 +6,11 @@
   ingest --source NAME --path PATH --out DIR
                              load a published dataset, validate it, write canonical data;
                              the last line of stdout is a JSON object of counts
+  benchmark --suite NAME [--path P] [--strategies a,b] --out DIR
+                             run a benchmark suite (pipelines/evaluate/suites/NAME.yaml, or a
+                             suite file) on its data or on P; the last line of stdout is the
+                             content of DIR/metrics.json (suite -> strategy -> metric -> value)
+  suites                     the shipped benchmark suites, one per line
 """
 
 from __future__ import annotations
@@ -73,6 +78,46 @@ def cmd_ingest(args) -> int:
     return 0
 
 
+def cmd_benchmark(args) -> int:
+    from pipelines.config import ROOT, resolve
+    from pipelines.evaluate.report import evaluate_suite, write_report
+    from pipelines.evaluate.suite import load_suite, strategy_defaults, suite_episodes
+
+    config = resolve(_overrides(args))
+    suite = load_suite(args.suite)
+    if args.strategies:
+        suite = suite.with_overrides(strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()))
+    if args.max_episodes:
+        suite = suite.with_overrides(max_episodes=args.max_episodes)
+    episodes = suite_episodes(suite, args.path, synthetic_defaults={"seed": config.get("seed", 2022),
+                                                                    **config.get("synthetic", {})})
+    root = Path(args.models_root) if args.models_root else ROOT
+    settings = strategy_defaults(suite.strategies, root,
+                                 embedding_batch_size=config.get("benchmark", {}).get("embedding_batch_size", 64))
+    if args.cache_dir:
+        for values in settings.values():
+            if "cache_dir" in values:
+                values["cache_dir"] = args.cache_dir
+    for strategy, values in (config.get("benchmark", {}).get("strategy_settings") or {}).items():
+        if strategy in suite.strategies:
+            settings.setdefault(strategy, {}).update(values)
+    run = evaluate_suite(suite, episodes, settings, show_progress=not args.quiet)
+    out = write_report([run], args.out, profile=config.get("profile", "tiny"))
+    for strategy, why in out["missing"][suite.name].items():
+        logging.getLogger("mnemos").warning("strategy %s is missing: %s", strategy, why)
+    print(json.dumps(json.loads(Path(out["files"]["metrics"]).read_text(encoding="utf-8"))))
+    return 0
+
+
+def cmd_suites(args) -> int:
+    from pipelines.evaluate.suite import list_suites, load_suite
+
+    for name in list_suites():
+        suite = load_suite(name)
+        print(f"{name:20s} v{suite.version}  source={suite.source:12s} {suite.description}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipelines", description="mnemos pipeline stages")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -93,6 +138,21 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--path", required=True, help="the published file or folder")
     ing.add_argument("--out", required=True, help="output folder for canonical .jsonl files")
     ing.set_defaults(func=cmd_ingest)
+
+    bench = sub.add_parser("benchmark", help="run a benchmark suite on your data; last stdout line: metrics.json")
+    bench.add_argument("--suite", required=True, help="a shipped suite name (see `suites`) or a suite .yaml file")
+    bench.add_argument("--path", help="the suite's data: the published file/folder, or canonical .jsonl data")
+    bench.add_argument("--strategies", help="comma-separated subset of the suite's strategies (or others)")
+    bench.add_argument("--out", required=True, help="report folder (benchmark.md, metrics.json, plots/)")
+    bench.add_argument("--max-episodes", type=int, help="evaluate the first N episodes only")
+    bench.add_argument("--models-root", help="project folder whose models/ holds the trained models (default: this one)")
+    bench.add_argument("--cache-dir", help="embedding cache folder (default: .cache/embeddings of the project)")
+    bench.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
+    bench.add_argument("--profile", choices=["tiny", "paper"], help="override params.yaml's profile")
+    bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    bench.set_defaults(func=cmd_benchmark)
+
+    sub.add_parser("suites", help="list the shipped benchmark suites").set_defaults(func=cmd_suites)
     return parser
 
 

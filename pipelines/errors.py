@@ -35,3 +35,16 @@ class ValidationFailed(DataError):
 
 class ConfigError(MnemosError, ValueError):
     """A configuration that cannot work, with a sentence saying why."""
+
+
+class ModelNotTrained(ConfigError):
+    """A strategy or stage needs a trained model whose directory does not exist yet.
+
+    The benchmark lists such a strategy as *missing* (with this message), never drops it
+    silently; ``stage`` names the stage that trains the model, when known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, stage: str | None = None):
+        self.path, self.stage = path, stage
+        hint = f" (run stage '{stage}' first)" if stage else ""
+        super().__init__(f"{message}{hint}")

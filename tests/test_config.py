@@ -61,4 +61,4 @@ def test_flatten():
 
 def test_project_params_resolve():
     out = cfg.resolve()
-    assert out["synthetic"]["episodes"] > 0 and out["benchmark"]["strategies"]
+    assert out["synthetic"]["episodes"] > 0 and out["benchmark"]["suites"]

@@ -104,3 +104,51 @@ def retrieval_metrics(ranked: Sequence[str], relevant: Collection[str], ks: Sequ
             out[f"{name}@{k}"] = fn(ranked, relevant, k)
     out["mrr"] = mrr(ranked, relevant)
     return out
+
+
+def longmemeval_turn2session(turn_ranking: Sequence[str], turn_session: dict[str, str],
+                             evidence_turns: Collection[str], k: int) -> dict[str, float]:
+    """Session metrics from a full turn ranking, exactly as LongMemEval's
+    ``evaluate_retrieval_turn2session`` (``src/retrieval/eval_utils.py``).
+
+    The official corpus ids are ``<session>_<turn>`` for evidence turns and ``noans`` ids for the
+    other turns of an evidence session, so after stripping the turn number an evidence session's
+    non-evidence turns belong to a *different* document than its evidence turns. We reproduce
+    that: a turn's document is its session, or ``<session>#noans`` when it is a non-evidence turn
+    of an evidence session. Then, with R = the documents of the evidence turns:
+
+    - effective_k = the smallest k' >= k whose first k' turns hold k distinct documents (or all);
+    - recall_any / recall_all = whether any / every d in R is among the documents of the first
+      effective_k turns; recall = the share of R among them;
+    - ndcg_any = DCG@effective_k / IDCG@effective_k over the turn list, a turn relevant when its
+      document is in R (so every evidence turn counts), IDCG from all corpus turns sorted.
+
+    ``turn_ranking`` must rank every turn of the corpus (the protocol's default depth).
+    """
+    if k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}.")
+    evidence = set(evidence_turns)
+    if not evidence:
+        raise ValueError("the relevant set is empty: the metric is undefined (leave such queries out).")
+    ev_sessions = {turn_session[t] for t in evidence}
+
+    def doc(turn: str) -> str:
+        session = turn_session[turn]
+        return f"{session}#noans" if session in ev_sessions and turn not in evidence else session
+
+    docs = [doc(t) for t in turn_ranking]
+    relevant = {turn_session[t] for t in evidence}
+    effective_k, seen = 0, set()
+    for d in docs:  # widen k until the prefix holds k distinct documents
+        if len(seen) >= k:
+            break
+        seen.add(d)
+        effective_k += 1
+    effective_k = max(effective_k, min(k, len(docs)))
+    top = set(docs[:effective_k])
+    rels = [1.0 if d in relevant else 0.0 for d in docs]
+    ideal = dcg(sorted(rels, reverse=True), effective_k)
+    return {"recall": len(relevant & top) / len(relevant),
+            "recall_any": float(bool(relevant & top)),
+            "recall_all": float(relevant <= top),
+            "ndcg_any": dcg(rels[:effective_k], effective_k) / ideal if ideal else 0.0}

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError, DataError
-from pipelines.evaluate.metrics import retrieval_metrics
+from pipelines.evaluate.metrics import longmemeval_turn2session, retrieval_metrics
 from pipelines.memory import MemoryStrategy, Retrieved, TokenCounter, build_strategy
 
 EXCLUSION_REASONS = ("abstention", "evidence_not_earlier", "no_evidence", "no_scored_granularity")
@@ -54,6 +54,7 @@ class ProtocolConfig:
     budget_tokens: int = 1024            # token budget of context(query, budget_tokens)
     depth: int | None = None             # items ranked per query (MRR, session rankings); None: all held
     show_progress: bool = True           # tqdm bar over episodes
+    session_scoring: str = "dedup"       # "dedup", or "longmemeval": official turn2session metrics
 
     def __post_init__(self) -> None:
         ks = tuple(self.ks)
@@ -64,6 +65,10 @@ class ProtocolConfig:
         object.__setattr__(self, "ks", tuple(sorted(ks)))
         if not isinstance(self.budget_tokens, int) or self.budget_tokens < 0:
             raise ConfigError(f"budget_tokens must be an integer >= 0, got {self.budget_tokens!r}.")
+        if self.session_scoring not in ("dedup", "longmemeval"):
+            raise ConfigError(f"session_scoring must be 'dedup' or 'longmemeval', got {self.session_scoring!r}.")
+        if self.session_scoring == "longmemeval" and self.depth is not None:
+            raise ConfigError("session_scoring 'longmemeval' needs the full turn ranking: leave depth null.")
         if self.depth is not None and self.depth < max(ks):
             raise ConfigError(f"depth ({self.depth}) must be at least the largest k ({max(ks)}), "
                               f"or null to rank every held item.")
@@ -120,6 +125,17 @@ def ranking(items: Sequence[Retrieved], granularity: str) -> list[str]:
     attr = _ID_FIELD[granularity]
     ids = (getattr(item, attr) for item in items)
     return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def _turn2session(items: Sequence[Retrieved], evidence_turns: set[str], ks: Sequence[int],
+                  turn_session: dict[str, str]) -> dict[str, float]:
+    """LongMemEval's session metrics from the turn ranking (metrics.longmemeval_turn2session)."""
+    ranked = list(dict.fromkeys(i.turn_id for i in items if i.turn_id is not None))
+    out: dict[str, float] = {}
+    for k in ks:
+        for name, value in longmemeval_turn2session(ranked, turn_session, evidence_turns, k).items():
+            out[f"{name}@{k}"] = value
+    return out
 
 
 def _evidence(episode: Episode, query: Query, turn_session: dict[str, str], memory_session: dict[str, str],
@@ -182,9 +198,12 @@ def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: Protoco
             relevant = evidence.get(granularity)
             if not relevant:
                 continue
+            metrics = retrieval_metrics(ranking(items, granularity), relevant, config.ks)
+            if (granularity == "session" and config.session_scoring == "longmemeval" and evidence["turn"]
+                    and "turn" in strategy.granularities):
+                metrics = {**metrics, **_turn2session(items, evidence["turn"], config.ks, turn_session)}
             scores.append(QueryScore(name, episode.id, query.id, granularity, query.category or "uncategorised",
-                                     session_index, tokens, len(relevant),
-                                     retrieval_metrics(ranking(items, granularity), relevant, config.ks)))
+                                     session_index, tokens, len(relevant), metrics))
             scored = True
         if not scored:
             skip("no_scored_granularity")

@@ -21,75 +21,125 @@ REPORT = "reports/benchmark.md"
 METRICS = "reports/metrics.json"
 QUERIES = "reports/queries.jsonl"
 PLOTS = "reports/plots"
-RECALL_CSV = f"{PLOTS}/recall_at_k.csv"
+TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER,
+           "glong_importance": GLONG_IMPORTANCE, "glong_extractor": GLONG_EXTRACTOR}
+
+
+def _suites() -> list[str]:
+    """The suites params.yaml ``benchmark.suites`` names (default: the synthetic suite)."""
+    return list(load_params().get("benchmark", {}).get("suites") or ["synthetic"])
+
+
+def _suite_inputs() -> tuple[str, ...]:
+    """The canonical data of every configured suite (a real-data suite reads its ingest stage's output)."""
+    from pipelines.evaluate.suite import load_suite
+
+    sources = []
+    for name in _suites():
+        source = load_suite(name).source
+        sources.append("synthetic" if source in ("synthetic", "canonical") else source)
+    return tuple(canonical_dir(s) for s in dict.fromkeys(sources))
 
 
 def _recall_plot() -> dict:
-    """DVC plot of turn-level recall@k, one line per configured strategy scored at turn level."""
+    """DVC plot of the first suite's turn-level recall@k, one line per strategy scored at turn level."""
+    from pipelines.evaluate.suite import load_suite
     from pipelines.memory import STRATEGIES
 
-    strategies = load_params().get("benchmark", {}).get("strategies", [])
-    turn_level = [s for s in strategies if s in STRATEGIES and "turn" in STRATEGIES[s].granularities]
-    return {RECALL_CSV: {"x": "k", "y": [f"turn/{s}" for s in turn_level], "template": "linear",
-                         "title": "Recall@k per strategy (turn level)", "y_label": "recall@k"}}
+    suite = load_suite(_suites()[0])
+    turn_level = [s for s in suite.strategies if "turn" in STRATEGIES[s].granularities]
+    return {f"{PLOTS}/{suite.name}/recall_at_k.csv": {
+        "x": "k", "y": [f"turn/{s}" for s in turn_level], "template": "linear",
+        "title": f"Recall@k per strategy ({suite.name}, turn level)", "y_label": "recall@k"}}
 
 
-@stage(name="benchmark", group="evaluate", params=("benchmark", "mdr", "glong", "emma"),
-       inputs=(canonical_dir("synthetic"), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
+def _first_suite() -> str:
+    return _suites()[0]
+
+
+@stage(name="benchmark", group="evaluate", params=("benchmark", "synthetic", "mdr", "glong", "emma"),
+       inputs=(*_suite_inputs(), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
                EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER),
        outputs=(REPORT, METRICS, QUERIES, PLOTS),
        metrics=(METRICS,),
-       plots=(_recall_plot(), f"{PLOTS}/recall_at_k.png", f"{PLOTS}/tokens_vs_recall.png"),
+       plots=(_recall_plot(), f"{PLOTS}/{_first_suite()}/recall_at_k.png",
+              f"{PLOTS}/{_first_suite()}/recall_by_session.png", f"{PLOTS}/{_first_suite()}/tokens_vs_recall.png"),
        code=("pipelines/evaluate", "pipelines/memory"))
 def benchmark(ctx) -> StageResult:
-    """Benchmark of the memory strategies on the synthetic test split (temporal protocol).
+    """Every memory strategy of every configured suite (params.yaml ``benchmark.suites``; default the
+    synthetic suite) under the temporal protocol, plus the trained methods' generation sections.
 
-    Memory holds only sessions earlier than the one a query is asked in. Recall@k, recall_all@k,
-    ndcg_any@k, MRR and context tokens at turn and session level; reports/benchmark.md,
-    reports/metrics.json and PNG plots.
+    Memory holds only sessions earlier than the one a query is asked in. Recall@k, recall_any/all@k,
+    ndcg_any@k, MRR and context tokens at turn, session and memory level, per category and per
+    session; reports/benchmark.md, reports/metrics.json and PNG plots. A strategy whose model is
+    not trained is listed as missing.
     """
-    from pipelines.evaluate.report import run_benchmark
+    from pipelines.evaluate.report import evaluate_suite, write_report
+    from pipelines.evaluate.suite import load_suite, strategy_defaults
 
     cfg = ctx.config["benchmark"]
-    split = cfg.get("split", "test")
-    episodes = list(iter_episodes(ctx.path(f"{canonical_dir('synthetic')}/{split}.jsonl")))
-    out = run_benchmark(episodes, cfg["strategies"], ks=cfg["ks"], out_dir=ctx.path("reports"),
-                        profile=ctx.profile, budget_tokens=cfg["budget_tokens"], suite="synthetic",
-                        strategy_settings=_settings(ctx, cfg))
+    runs, synthetic_episodes, split = [], None, "test"
+    for name in _suites():
+        suite = load_suite(name)
+        source = "synthetic" if suite.source in ("synthetic", "canonical") else suite.source
+        data = ctx.path(canonical_dir(source))
+        episodes = list(_episodes(suite, data))
+        settings = strategy_defaults(suite.strategies, ctx.root, embedding_batch_size=cfg.get("embedding_batch_size", 64))
+        for strategy, values in (cfg.get("strategy_settings") or {}).items():
+            if strategy in suite.strategies:
+                settings.setdefault(strategy, {}).update(values)
+        runs.append(evaluate_suite(suite, episodes, settings))
+        if source == "synthetic" and synthetic_episodes is None:
+            synthetic_episodes, split = episodes, suite.split
+    out = write_report(runs, ctx.path("reports"), profile=ctx.profile, models=_model_sizes(ctx))
     if ctx.tracker is not None:
         for path in out["plots"]:
-            ctx.tracker.log_artifact(path, artifact_path="plots")
-    # The trained methods' sections: (markdown, metrics of one "strategy" key) each, written once below.
-    generation = _mdr_generation(ctx, episodes, split)
-    sections = {"mdr": (generation["markdown"], _generation_metrics(generation)),
-                "glong_extractor": _extraction_section(ctx),
-                "emma": _emma_section(ctx, episodes, split)}
+            ctx.tracker.log_artifact(path, artifact_path=f"plots/{path.parent.name}")
+    sections = {}
+    if synthetic_episodes is not None:  # the trained methods' own sections (written once below)
+        generation = _mdr_generation(ctx, synthetic_episodes, split)
+        sections = {"mdr_generation": (generation["markdown"], _generation_metrics(generation)),
+                    "glong_extractor": _extraction_section(ctx),
+                    "emma": _emma_section(ctx, synthetic_episodes, split)}
     _write_sections(ctx, out, sections)
-    metrics = {f"{strategy}/{name}": value
-               for strategy, values in out["metrics"]["synthetic"].items() for name, value in values.items()}
-    meta = {"episodes": len(episodes), "strategies": list(cfg["strategies"]),
-            "benchmark_md": "\n\n".join(out["markdown"].values()) if isinstance(out["markdown"], dict) else out["markdown"],
-            "report": str(ctx.path(REPORT)), "generation_md": sections["mdr"][0],
-            "extraction_md": sections["glong_extractor"][0], "emma_md": sections["emma"][0]}
+    metrics = {f"{suite}/{strategy}/{name}": value for suite, per in out["metrics"].items()
+               for strategy, values in per.items() for name, value in values.items()}
+    meta = {"suites": [r.suite.name for r in runs], "episodes": {r.suite.name: r.episodes for r in runs},
+            "strategies": {r.suite.name: list(r.suite.strategies) for r in runs},
+            "missing": out["missing"],
+            "benchmark_md": "\n\n".join(f"## {name}\n\n{t}" for name, t in out["markdown"].items()),
+            "report": str(ctx.path(REPORT)),
+            **{f"{key}_md": md for key, (md, _) in sections.items()}}
     return StageResult(metadata=meta, metrics=metrics)
 
 
-def _settings(ctx, cfg: dict) -> dict:
-    """Per-strategy settings: params.yaml ``benchmark.strategy_settings`` over project defaults."""
-    settings = {name: dict(values) for name, values in (cfg.get("strategy_settings") or {}).items()}
-    if "dense" in cfg["strategies"]:
-        dense = settings.setdefault("dense", {})
-        dense.setdefault("cache_dir", str(ctx.root / ".cache" / "embeddings"))
-        dense.setdefault("batch_size", cfg.get("embedding_batch_size", 64))
-    if "egocentric" in cfg["strategies"]:
-        ego = settings.setdefault("egocentric", {})
-        ego.setdefault("retriever", str(ctx.path(EMMA_RETRIEVER)))  # the trained dual encoder
-    if "graph" in cfg["strategies"]:
-        graph = settings.setdefault("graph", {})
-        graph.setdefault("importance", "model")  # Eqs. (1)-(3) from the trained summariser
-        graph.setdefault("importance_model", str(ctx.path(GLONG_IMPORTANCE)))
-        graph.setdefault("cache_dir", str(ctx.root / ".cache" / "embeddings"))
-    return settings
+def _episodes(suite, data):
+    """A suite's episodes from the canonical data its ingest stage wrote."""
+    from pipelines.evaluate.suite import main_speaker_corpus
+
+    split = suite.split if suite.split != "all" else None
+    files = [data / f"{split}.jsonl"] if split else sorted(data.glob("*.jsonl"))
+    episodes = [e for f in files for e in iter_episodes(f)]
+    if suite.max_episodes:
+        episodes = episodes[: suite.max_episodes]
+    return [main_speaker_corpus(e) for e in episodes] if suite.corpus == "main_speaker" else episodes
+
+
+def _model_sizes(ctx) -> dict[str, str]:
+    """Architecture and size of each trained model, read from its saved config.json."""
+    import json
+
+    out = {}
+    for stage_name, rel in TRAINED.items():
+        configs = sorted(ctx.path(rel).rglob("config.json")) if ctx.path(rel).is_dir() else []
+        if not configs:
+            out[stage_name] = "not trained"
+            continue
+        c = json.loads(configs[0].read_text())
+        layers = c.get("n_layer") or c.get("num_layers") or c.get("num_hidden_layers")
+        width = c.get("n_embd") or c.get("d_model") or c.get("hidden_size")
+        out[stage_name] = f"{c.get('model_type', '?')} {layers}x{width}"
+    return out
 
 
 def _mdr_generation(ctx, episodes, split: str) -> dict:
@@ -141,7 +191,7 @@ def _write_sections(ctx, out: dict, sections: dict[str, tuple[str, dict]]) -> No
     report.write_text(report.read_text(encoding="utf-8") + "".join("\n" + md for md, _ in sections.values()),
                       encoding="utf-8")
     for key, (_, metrics) in sections.items():
-        out["metrics"]["synthetic"][key] = metrics
+        out["metrics"].setdefault("synthetic", {})[key] = metrics
     path = ctx.path(METRICS)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out["metrics"], indent=2, sort_keys=True), encoding="utf-8")

@@ -4,14 +4,14 @@ Importing this package registers every strategy: ``build_strategy("bm25")`` etc.
 """
 
 from pipelines.memory.base import (GRANULARITIES, STRATEGIES, MemoryStrategy, Retrieved, Selector,
-                                   StrategyConfig, build_strategy, pack_context, register_strategy,
-                                   render_line)
+                                   StrategyConfig, build_strategy, missing_models, pack_context,
+                                   register_strategy, render_line)
 from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
 
 # Strategy modules, imported for their @register_strategy side effect (heavy imports stay lazy).
-from pipelines.memory import no_history, long_context, bm25, dense, session_summary  # noqa: E402,F401
-from pipelines.memory import graph, egocentric  # noqa: E402,F401
+from pipelines.memory import no_history, long_context, bm25, dense, hybrid, session_summary  # noqa: E402,F401
+from pipelines.memory import graph, egocentric, mdr  # noqa: E402,F401
 
 __all__ = ["GRANULARITIES", "STRATEGIES", "MemoryStrategy", "Retrieved", "Selector", "StrategyConfig",
-           "TokenCounter", "DEFAULT_COUNTER", "build_strategy", "pack_context", "register_strategy",
+           "TokenCounter", "DEFAULT_COUNTER", "build_strategy", "missing_models", "pack_context", "register_strategy",
            "render_line"]

@@ -29,10 +29,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from datetime import datetime
+from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Sequence
 
 from pipelines.data.schema import Episode, Query, Session
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, ModelNotTrained
 from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
 
 GRANULARITIES = ("turn", "session", "memory")
@@ -136,6 +137,11 @@ class MemoryStrategy(ABC):
     config_class: ClassVar[type[StrategyConfig]] = StrategyConfig
     # Granularities at which the strategy's rankings can be scored (ids its items carry).
     granularities: ClassVar[tuple[str, ...]] = ("turn", "session")
+    # Settings that name a trained model's directory -> the stage that trains it. A benchmark
+    # lists the strategy as missing (never drops it) while such a directory does not exist.
+    model_settings: ClassVar[dict[str, str]] = {}
+    # Setting values that mean "no trained model needed" (e.g. egocentric retriever "minilm").
+    untrained_values: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: StrategyConfig | None = None, counter: TokenCounter | None = None):
         self.config = config if config is not None else self.config_class()
@@ -176,6 +182,27 @@ class MemoryStrategy(ABC):
         """The generator's context: the top ``context_k`` items packed into ``budget_tokens``."""
         items = self.retrieve(query, self.config.context_k) if len(self) else []
         return pack_context(items, budget_tokens, self.counter, self.config.include_dates)
+
+
+def missing_models(name: str, settings: dict | None = None) -> list[ModelNotTrained]:
+    """The trained models strategy ``name`` needs under ``settings`` whose directories do not exist.
+
+    Only the settings the strategy class declares in ``model_settings`` are checked; a value in
+    ``untrained_values`` or an unset (None / missing) setting needs no model.
+    """
+    if name not in STRATEGIES:
+        raise ConfigError(f"memory strategy {name!r} is unknown; registered: {sorted(STRATEGIES)}.")
+    cls = STRATEGIES[name]
+    settings = settings or {}
+    missing = []
+    for key, stage in cls.model_settings.items():
+        value = settings.get(key)
+        if value is None or str(value) in cls.untrained_values:
+            continue
+        if not Path(str(value)).is_dir():
+            missing.append(ModelNotTrained(f"strategy {name!r}: {key} = {str(value)!r} does not exist",
+                                           path=str(value), stage=stage))
+    return missing
 
 
 def check_k(k: int) -> None:

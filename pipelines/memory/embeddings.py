@@ -6,7 +6,8 @@
 - :class:`EmbeddingCache` stores vectors in SQLite (``<cache_dir>/embeddings.sqlite3``), keyed by
   (model name, sha256 of the text), so a second run over the same texts encodes nothing.
 - :class:`Embedder` = encoder + cache: ``embed(texts) -> (N, D)`` L2-normalised float32 rows; the
-  texts missing from the cache are encoded in one batched ``encode`` call. It counts encoder
+  texts missing from the cache are encoded in batched ``encode`` calls of ``chunk_size`` texts, each
+  chunk written to the cache at once (progress bar when there are several). It counts encoder
   calls, encoded texts and cache hits (``stats``).
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 import numpy as np
+from tqdm.auto import tqdm
 
 DEFAULT_CACHE_DIR = ".cache/embeddings"
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -112,7 +114,7 @@ class EmbeddingCache:
 
 @dataclass
 class EmbedStats:
-    encode_calls: int = 0   # calls of the encoder's ``encode`` (one per embed() with a miss)
+    encode_calls: int = 0   # calls of the encoder's ``encode`` (one per chunk of misses)
     encoded_texts: int = 0  # texts the encoder embedded
     cache_hits: int = 0     # texts served from the cache
 
@@ -121,10 +123,11 @@ class Embedder:
     """Encoder + cache: normalised embeddings, every distinct text encoded at most once."""
 
     def __init__(self, encoder: Encoder, model_name: str = DEFAULT_MODEL_NAME,
-                 cache: EmbeddingCache | None = None, batch_size: int = 64):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+                 cache: EmbeddingCache | None = None, batch_size: int = 64, chunk_size: int = 4096):
+        if batch_size < 1 or chunk_size < 1:
+            raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}.")
         self.encoder, self.model_name, self.cache, self.batch_size = encoder, model_name, cache, batch_size
+        self.chunk_size = chunk_size  # texts per encode call (and per cache write)
         self.stats = EmbedStats()
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -137,16 +140,19 @@ class Embedder:
         self.stats.cache_hits += sum(1 for h in hashes if h in found)
         if missing:
             text_of = dict(zip(hashes, texts))
-            vectors = self.encoder.encode([text_of[h] for h in missing], batch_size=self.batch_size,
-                                          normalize_embeddings=True, convert_to_numpy=True,
-                                          show_progress_bar=False)  # (M, D)
-            vectors = np.asarray(vectors, dtype=np.float32)
-            self.stats.encode_calls += 1
-            self.stats.encoded_texts += len(missing)
-            new = dict(zip(missing, vectors))
-            if self.cache is not None:
-                self.cache.put(self.model_name, new)
-            found.update(new)
+            chunks = range(0, len(missing), self.chunk_size)
+            for start in tqdm(chunks, desc=f"embedding {len(missing)} texts", unit="chunk",
+                              disable=len(chunks) < 2):  # progress on long runs; each chunk cached
+                part = missing[start:start + self.chunk_size]
+                vectors = self.encoder.encode([text_of[h] for h in part], batch_size=self.batch_size,
+                                              normalize_embeddings=True, convert_to_numpy=True,
+                                              show_progress_bar=False)  # (m, D)
+                new = dict(zip(part, np.asarray(vectors, dtype=np.float32)))
+                self.stats.encode_calls += 1
+                self.stats.encoded_texts += len(part)
+                if self.cache is not None:  # written per chunk: an interrupted run keeps its work
+                    self.cache.put(self.model_name, new)
+                found.update(new)
         return np.stack([found[h] for h in hashes]).astype(np.float32)  # (N, D)
 
     def forget(self, texts: Iterable[str]) -> int:

@@ -129,11 +129,10 @@ def test_ingest_checks_render_with_their_results(dagster_ui, driver, materialize
 
 
 def test_benchmark_metadata_shows_the_table_and_links_the_mlflow_run(dagster_ui, driver, materialized):
-    from pipelines.config import resolve
+    from pipelines.evaluate.suite import load_suite
 
     project = dagster_ui
-    config = resolve(params_file=project.root / "params.yaml")
-    strategies = config["benchmark"]["strategies"]
+    strategies = load_suite("synthetic").strategies
     meta = latest_materialization(project, "benchmark")
     assert meta["runId"] == materialized.run_id
     # The markdown entry that is the benchmark table: the one naming every strategy.

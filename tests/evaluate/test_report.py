@@ -37,33 +37,45 @@ def test_benchmark_md_has_header_tables_and_bold_best(report):
     out, root = report
     md = (root / "benchmark.md").read_text()
     assert md.startswith("# Memory benchmark: synthetic\n")
-    assert "- profile: `tiny`" in md and "- episodes: 1" in md and "context budget: 100 tokens (regex tokens)" in md
+    assert "- profile: `tiny`" in md and ", 1 episodes;" in md and "context budget: 100 tokens (regex tokens)" in md
+    assert "## Suite `synthetic` (version 1)" in md
     assert "### turn granularity" in md and "### session granularity" in md and "### memory granularity" not in md
-    assert "## Per category: recall@3" in md and "| strategy | multi-session | single-session | uncategorised |" in md
+    assert "### Per category: recall@3" in md and "| strategy | multi-session | single-session | uncategorised |" in md
     session_rows = md.split("### session granularity")[1].split("\n\n")[1].splitlines()
     long_context = next(r for r in session_rows if r.startswith("| long_context |")).split(" | ")
     assert long_context[2] == "**1.0000**"  # session recall@3: every evidence session is in the top 3
     no_history = next(r for r in session_rows if r.startswith("| no_history |"))
     assert "**" not in no_history
     assert "| no_history | 3 | 1 | 3 | 1 | 1 |" in md  # scored, abstention, not earlier, no evidence, no granularity
-    assert out["markdown"].startswith("### turn granularity") and "| long_context |" in out["markdown"]
-    assert out["counts"]["bm25"] == {"scored": 3, "abstention": 1, "evidence_not_earlier": 3, "no_evidence": 1,
+    tables = out["markdown"]["synthetic"]
+    assert tables.startswith("### turn granularity") and "| long_context |" in tables
+    assert out["counts"]["synthetic"]["bm25"] == {"scored": 3, "abstention": 1, "evidence_not_earlier": 3, "no_evidence": 1,
                                      "no_scored_granularity": 1}
 
 
 def test_plots_and_dvc_csv(report):
     out, root = report
-    for name in ("recall_at_k.png", "tokens_vs_recall.png"):
-        assert (root / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows = list(csv.reader(open(root / "plots" / "recall_at_k.csv")))
+    plots = root / "plots" / "synthetic"
+    for name in ("recall_at_k.png", "recall_by_session.png", "tokens_vs_recall.png"):
+        assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.reader(open(plots / "recall_at_k.csv")))
     assert rows[0] == ["k", "turn/no_history", "turn/long_context", "turn/bm25",
                        "session/no_history", "session/long_context", "session/bm25"]
     assert [r[0] for r in rows[1:]] == ["1", "3"]
     assert rows[1][2] == "0.333333" and rows[2][2] == "1.000000" and rows[2][1] == "0.000000"
-    assert out["plots"] == [root / "plots" / "recall_at_k.png", root / "plots" / "tokens_vs_recall.png",
-                            root / "plots" / "recall_at_k.csv"]
+    assert out["plots"] == [plots / "recall_at_k.png", plots / "recall_by_session.png",
+                            plots / "tokens_vs_recall.png", plots / "recall_at_k.csv"]
     assert out["dvc_plot"]["x"] == "k" and out["dvc_plot"]["y"] == rows[0][1:]
     assert sum(1 for _ in open(root / "queries.jsonl")) == 3 * (2 * 3)  # strategies x (queries x granularities)
+
+
+def test_missing_model_is_listed_not_dropped(episode, tmp_path):
+    out = run_benchmark([episode], ["bm25", "mdr"], ks=(1,), out_dir=tmp_path,
+                        strategy_settings={"mdr": {"teacher": str(tmp_path / "no-teacher")}}, show_progress=False)
+    assert list(out["metrics"]["synthetic"]) == ["bm25"]
+    assert "run stage 'mdr_teacher' first" in out["missing"]["synthetic"]["mdr"]
+    md = (tmp_path / "benchmark.md").read_text()
+    assert "(missing: mdr)" in md and "| mdr | missing: strategy 'mdr'" in md
 
 
 def test_markdown_table_bolds_the_best_of_each_ranked_column():

@@ -44,6 +44,8 @@ class Egocentric(MemoryStrategy):
     """Each agent's own memory, per partner, linked; top-1 retrieval plus linked memories."""
 
     config_class = EgocentricConfig
+    model_settings = {"retriever": "emma_retriever"}
+    untrained_values = frozenset({"minilm"})
     granularities = ("memory", "session")
 
     def __init__(self, config: EgocentricConfig | None = None, counter=None, retriever=None,

@@ -19,6 +19,7 @@ class GraphConfig(StrategyConfig):
 
     context_k: int = 3             # triplets in the MEMORY block: the paper keeps 3 (of 5)
     extraction: Literal["ground_truth", "model"] = "ground_truth"  # Turn.triplets, or an extractor
+    extractor_model: str | None = None  # local dir of the trained QLoRA extractor ("model" only)
     importance: Literal["uniform", "model"] = "uniform"  # 1.0 for every triplet, or Eqs. (1)-(3)
     importance_model: str | None = None  # local dir of the trained T5 summariser ("model" only)
     embedder: Literal["minilm", "hashing"] = "minilm"  # all-MiniLM-L6-v2, or word hashing (tests)

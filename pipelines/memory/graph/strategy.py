@@ -23,6 +23,7 @@ or else at the time of the latest observed session.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -48,29 +49,46 @@ def _from_seconds(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
 
 
+@lru_cache(maxsize=2)
+def _load_extractor(path: str) -> Extractor:
+    """The trained extractor, loaded once per process (a fresh strategy is built per episode)."""
+    from pipelines.glong.tasks import load_extractor
+
+    return load_extractor(path)
+
+
+@lru_cache(maxsize=2)
+def _load_scorer(path: str, device: str) -> ImportanceScorer:
+    """The trained summariser's importance scorer, loaded once per process."""
+    from pipelines.glong.importance import load_importance_scorer
+
+    return load_importance_scorer(path, device=device)
+
+
 @register_strategy("graph")
 class GraphMemory(MemoryStrategy):
     """G-Long: triplets in a graph memory bank, associative retrieval with hybrid re-ranking."""
 
     config_class = GraphConfig
+    model_settings = {"importance_model": "glong_importance", "extractor_model": "glong_extractor"}
     granularities = ("turn", "session")
 
     def __init__(self, config: GraphConfig | None = None, counter=None, *, embedder=None,
                  extractor: Extractor | None = None, scorer: ImportanceScorer | None = None):
         super().__init__(config, counter)
         c: GraphConfig = self.config
+        if c.extraction == "model" and extractor is None and c.extractor_model:
+            extractor = _load_extractor(c.extractor_model)
         if c.extraction == "model" and extractor is None:
-            raise ConfigError("graph.extraction is 'model' but no triplet extractor was given; "
-                              "pass extractor=..., or use extraction 'ground_truth'.")
+            raise ConfigError("graph.extraction is 'model' but no triplet extractor was given; pass "
+                              "extractor=... or graph.extractor_model, or use extraction 'ground_truth'.")
         self.extractor = extractor
         if c.importance == "uniform":
             self.scorer: ImportanceScorer = uniform_importance
         elif scorer is not None:
             self.scorer = scorer
         elif c.importance_model:
-            from pipelines.glong.importance import load_importance_scorer
-
-            self.scorer = load_importance_scorer(c.importance_model, device=c.device)
+            self.scorer = _load_scorer(c.importance_model, c.device)
         else:
             raise ConfigError("graph.importance is 'model' but neither a scorer nor "
                               "graph.importance_model (the trained summariser folder) was given.")

@@ -1,0 +1,278 @@
+"""Benchmark suites: small YAML files naming the data, split, strategies, metrics and cut-offs.
+
+A suite file (``pipelines/evaluate/suites/<name>.yaml``, or any path) holds::
+
+    name: locomo                 # the key of the suite in reports/metrics.json
+    version: 1                   # bumped whenever the scoring of the suite changes
+    description: ...
+    source: locomo               # "synthetic" (the generator), "canonical" (our JSONL) or a loader name
+    path: null                   # the published file / folder (``--path`` on the CLI wins)
+    synthetic: {}                # generator knobs over params.yaml ``synthetic`` (source synthetic)
+    split: all                   # train | valid | test | all
+    max_episodes: null           # evaluate the first N episodes only (null: every one)
+    strategies: [bm25, dense]    # memory strategies, each through the one memory interface
+    strategy_settings: {}        # per strategy, settings over the project defaults (e.g. graph extraction)
+    metrics: [recall, recall_any, recall_all, ndcg_any, mrr]
+    ks: [1, 3, 5, 10]
+    budget_tokens: 1024          # context(query, budget) of every strategy
+    corpus: all                  # all turns, or main_speaker: only the main speaker's turns are indexed
+    session_scoring: dedup       # dedup, or longmemeval (official turn2session from the turn ranking)
+    reference: {...}             # published numbers printed beside ours (see below)
+
+``reference`` holds ``{"source": citation, "comparable": bool, "note": str, "rows": {system:
+{metric: value}}}``: the report prints the rows beside our table, labelled comparable or not.
+
+:func:`suite_episodes` loads a suite's data: the synthetic generator, a canonical JSONL file or
+folder, or a published dataset read by its loader and validated (blocking rules raise
+ValidationFailed naming the file, record and rule; nothing is benchmarked on bad data). With
+``corpus: main_speaker`` the other speakers' turns are removed before the protocol runs, as
+LongMemEval's official retrieval code indexes user turns only; a query's turn evidence keeps
+its main-speaker turns, and its session evidence becomes the sessions of those turns.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from pipelines.data.schema import Episode
+from pipelines.errors import ConfigError
+
+SUITES_DIR = Path(__file__).resolve().parent / "suites"
+RETRIEVAL_METRICS = ("recall", "recall_any", "recall_all", "ndcg_any", "mrr")
+SPLITS = ("train", "valid", "test", "all")
+CORPORA = ("all", "main_speaker")
+SESSION_SCORING = ("dedup", "longmemeval")
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One benchmark suite (see the module docstring for every field)."""
+
+    name: str
+    version: int
+    source: str
+    description: str = ""
+    path: str | None = None
+    synthetic: dict[str, Any] = field(default_factory=dict)
+    split: str = "all"
+    max_episodes: int | None = None
+    strategies: tuple[str, ...] = ()
+    strategy_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: tuple[str, ...] = RETRIEVAL_METRICS
+    ks: tuple[int, ...] = (1, 3, 5, 10)
+    budget_tokens: int = 1024
+    corpus: str = "all"
+    session_scoring: str = "dedup"
+    reference: dict[str, Any] = field(default_factory=dict)
+    file: str = ""  # where the suite was read from (for error messages)
+
+    def __post_init__(self) -> None:
+        where = f"suite file {self.file or self.name}"
+
+        def bad(key: str, why: str) -> ConfigError:
+            return ConfigError(f"{where}, key '{key}': {why}")
+
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise bad("name", "must be a non-empty string")
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise bad("version", f"must be a positive integer, got {self.version!r}")
+        from pipelines.data.loaders import LOADERS
+
+        if self.source not in ("synthetic", "canonical", *LOADERS):
+            raise bad("source", f"{self.source!r} is not 'synthetic', 'canonical' or a loader "
+                                f"({', '.join(sorted(LOADERS))})")
+        if self.split not in SPLITS:
+            raise bad("split", f"must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.max_episodes is not None and (not isinstance(self.max_episodes, int) or self.max_episodes < 1):
+            raise bad("max_episodes", f"must be a positive integer or null, got {self.max_episodes!r}")
+        strategies = tuple(self.strategies)
+        if not strategies:
+            raise bad("strategies", "name at least one memory strategy")
+        from pipelines.memory import STRATEGIES
+
+        unknown = [s for s in strategies if s not in STRATEGIES]
+        if unknown:
+            raise bad("strategies", f"unknown strategy(ies) {unknown}; registered: {sorted(STRATEGIES)}")
+        if len(set(strategies)) != len(strategies):
+            raise bad("strategies", f"a strategy is named twice: {list(strategies)}")
+        metrics = tuple(self.metrics)
+        odd = [m for m in metrics if m not in RETRIEVAL_METRICS]
+        if odd or not metrics:
+            raise bad("metrics", f"must be a non-empty subset of {list(RETRIEVAL_METRICS)}, got {list(metrics)}")
+        ks = tuple(self.ks)
+        if not ks or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in ks):
+            raise bad("ks", f"must be a non-empty list of positive integers, got {list(ks)}")
+        if not isinstance(self.budget_tokens, int) or self.budget_tokens < 0:
+            raise bad("budget_tokens", f"must be an integer >= 0, got {self.budget_tokens!r}")
+        if self.corpus not in CORPORA:
+            raise bad("corpus", f"must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
+        if self.session_scoring not in SESSION_SCORING:
+            raise bad("session_scoring", f"must be one of {', '.join(SESSION_SCORING)}, got {self.session_scoring!r}")
+        if not isinstance(self.synthetic, dict) or not isinstance(self.reference, dict):
+            raise bad("synthetic/reference", "must be mappings")
+        settings = self.strategy_settings
+        if not isinstance(settings, dict) or any(not isinstance(v, dict) for v in settings.values()):
+            raise bad("strategy_settings", "must map a strategy name to {setting: value}")
+        extra = sorted(set(settings) - set(strategies))
+        if extra:
+            raise bad("strategy_settings", f"settings for strategies the suite does not run: {extra}")
+        rows = self.reference.get("rows", {})
+        if not isinstance(rows, dict) or any(not isinstance(v, dict) for v in rows.values()):
+            raise bad("reference.rows", "must map a system name to {metric: value}")
+        object.__setattr__(self, "strategies", strategies)
+        object.__setattr__(self, "metrics", metrics)
+        object.__setattr__(self, "ks", tuple(sorted(set(ks))))
+
+    def with_overrides(self, **changes: Any) -> "Suite":
+        """A copy with some fields replaced (None values are ignored); validated again."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update({k: v for k, v in changes.items() if v is not None})
+        if changes.get("strategies") is not None:  # keep the settings of the strategies still run
+            values["strategy_settings"] = {k: v for k, v in self.strategy_settings.items()
+                                           if k in values["strategies"]}
+        return Suite(**values)
+
+    def header(self) -> dict[str, Any]:
+        """What identifies the scoring of this suite: logged as params and printed in the report."""
+        return {"suite": self.name, "version": self.version, "source": self.source, "split": self.split,
+                "corpus": self.corpus, "session_scoring": self.session_scoring, "ks": list(self.ks),
+                "budget_tokens": self.budget_tokens}
+
+
+def list_suites() -> list[str]:
+    """The names of the shipped suites (files in ``pipelines/evaluate/suites``)."""
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def load_suite(name_or_path: str | os.PathLike) -> Suite:
+    """A shipped suite by name, or a suite file by path (ConfigError naming the file and key)."""
+    text = str(name_or_path)
+    path = Path(text) if text.endswith((".yaml", ".yml")) or os.sep in text else SUITES_DIR / f"{text}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"benchmark suite {text!r} not found (looked for {path}); "
+                          f"shipped suites: {', '.join(list_suites())}.")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"suite file {path}: not valid YAML ({exc}).") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"suite file {path}: must be a mapping of keys, got {type(raw).__name__}.")
+    known = {f.name for f in fields(Suite)} - {"file"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"suite file {path}: unknown key(s) {unknown}; keys: {sorted(known)}.")
+    missing = [k for k in ("name", "version", "source", "strategies") if k not in raw]
+    if missing:
+        raise ConfigError(f"suite file {path}: missing key(s) {missing}.")
+    return Suite(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items()}, file=str(path))
+
+
+# --- data -----------------------------------------------------------------------
+
+
+def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
+                   synthetic_defaults: dict[str, Any] | None = None) -> list[Episode]:
+    """The episodes a suite evaluates: loaded, validated, split-filtered, corpus-filtered.
+
+    ``path`` (the CLI's ``--path``) wins over the suite's ``path``. For ``source: synthetic``
+    without a path the generator runs with ``synthetic_defaults`` (params.yaml) under the
+    suite's own knobs; with a path, the path is canonical data (a folder of ``<split>.jsonl``
+    or one ``.jsonl`` file).
+    """
+    path = path if path is not None else suite.path
+    if suite.source == "synthetic" and path is None:
+        from pipelines.data.synthetic import SyntheticConfig, generate
+
+        episodes = generate(SyntheticConfig(**{**(synthetic_defaults or {}), **suite.synthetic}))
+    elif suite.source in ("synthetic", "canonical"):
+        if path is None:
+            raise ConfigError(f"suite {suite.name!r} reads canonical data: give --path (a folder of "
+                              f"<split>.jsonl files or one .jsonl file).")
+        episodes = _read_canonical(Path(path), suite.split)
+    else:
+        if path is None:
+            raise ConfigError(f"suite {suite.name!r} needs the published {suite.source} data: give --path "
+                              f"(or set 'path' in the suite file).")
+        episodes = _load_published(suite.source, Path(path))
+    if suite.split != "all":
+        episodes = [e for e in episodes if e.split == suite.split]
+    if suite.max_episodes is not None:
+        episodes = episodes[: suite.max_episodes]
+    if not episodes:
+        raise ConfigError(f"suite {suite.name!r}: no episode in split {suite.split!r} of {path or 'the generator'}.")
+    if suite.corpus == "main_speaker":
+        episodes = [main_speaker_corpus(e) for e in episodes]
+    return episodes
+
+
+def _read_canonical(path: Path, split: str) -> list[Episode]:
+    from pipelines.data.schema import iter_episodes
+
+    if path.is_dir():
+        files = [path / f"{split}.jsonl"] if split != "all" else sorted(path.glob("*.jsonl"))
+        files = [f for f in files if f.is_file()]
+        if not files:
+            raise ConfigError(f"{path} holds no canonical {split if split != 'all' else '<split>'}.jsonl file.")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise ConfigError(f"canonical data path {path} does not exist.")
+    return [e for f in files for e in iter_episodes(f)]
+
+
+def _load_published(source: str, path: Path) -> list[Episode]:
+    """Read with the loader, validate with the ingestion rules; blocking failures raise."""
+    from pipelines.data.ingest import load_source
+    from pipelines.validate import validate
+
+    loaded = load_source(source, path)
+    report = validate(loaded.episodes, file=str(path), profile="misc" if source == "misc" else "generic",
+                      records=getattr(loaded, "records", None))
+    report.raise_if_blocking()
+    return list(loaded.episodes)
+
+
+def main_speaker_corpus(episode: Episode) -> Episode:
+    """Keep only the main speaker's turns (LongMemEval's official index: user turns only).
+
+    Turn evidence keeps the main speaker's evidence turns. Session evidence, for a query with
+    turn evidence, becomes the sessions of those kept turns (the official code marks a session
+    relevant through its user turns with ``has_answer``); a query left with no evidence is then
+    excluded by the protocol as ``no_evidence``.
+    """
+    main = episode.main_speaker
+    sessions, kept = [], set()
+    for s in episode.sessions:
+        turns = [t for t in s.turns if t.speaker == main]
+        kept.update(t.id for t in turns)
+        sessions.append(s.model_copy(update={"turns": turns}))
+    turn_session = {t.id: s.id for s in sessions for t in s.turns}
+    queries = []
+    for q in episode.queries:
+        if q.evidence_turns:
+            ev = [t for t in q.evidence_turns if t in kept]
+            sess = list(dict.fromkeys(turn_session[t] for t in ev))
+            q = q.model_copy(update={"evidence_turns": ev, "evidence_sessions": sess})
+        queries.append(q)
+    return episode.model_copy(update={"sessions": sessions, "queries": queries})
+
+
+def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "models",
+                      embedding_batch_size: int = 64) -> dict[str, dict[str, Any]]:
+    """Project defaults of the strategies' settings: caches under ``root/.cache``, trained models
+    under ``root/models`` (a strategy whose model is not there is listed as missing)."""
+    models = root / models_dir
+    cache = str(root / ".cache" / "embeddings")
+    defaults: dict[str, dict[str, Any]] = {
+        "dense": {"cache_dir": cache, "batch_size": embedding_batch_size},
+        "hybrid": {"cache_dir": cache, "batch_size": embedding_batch_size},
+        "egocentric": {"retriever": str(models / "emma_retriever")},
+        "graph": {"importance": "model", "importance_model": str(models / "glong_importance"), "cache_dir": cache},
+        "mdr": {"teacher": str(models / "mdr_teacher")},
+    }
+    return {name: dict(defaults[name]) for name in strategies if name in defaults}
