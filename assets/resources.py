@@ -9,7 +9,7 @@ class MnemosResource(dg.ConfigurableResource):
     """How stages run: which profile, which params overrides, and how training is launched.
 
     Set in the launchpad, e.g. ``resources: {mnemos: {config: {profile: paper,
-    overrides: ["benchmark.ks=[1,5]"]}}}``.
+    overrides: ["synthetic.episodes=48"]}}}``.
     """
 
     profile: str | None = None        # tiny | paper; None: params.yaml's profile

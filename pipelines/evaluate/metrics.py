@@ -17,13 +17,16 @@ The three LongMemEval metrics follow the official code (xiaowu0162/LongMemEval,
 discounts rank 1 and rank 2 both by 1 (``rel[0] + sum(rel[1:] / log2(arange(2, n + 1)))``),
 and its ideal DCG counts the relevant ids present in the corpus. Our corpus is the whole
 earlier history, which holds every evidence item under the temporal protocol, so the ideal
-ranking holds all |R| relevant ids. Two deliberate differences: an empty R raises ValueError
-(the official code returns recall_all = 1 and ndcg = 0; abstention questions are left out before
-scoring), and session-level rankings are built by deduplicating the turn ranking (sessions in
-order of their best turn, :func:`pipelines.evaluate.protocol.ranking`) and scored like any
-ranking; the official ``evaluate_retrieval_turn2session`` instead keeps the duplicate turns of a
-session in the ranking and widens k until it holds k distinct sessions, which gives the same
-recall_any / recall_all and a different NDCG.
+ranking holds all |R| relevant ids. One deliberate difference: an empty R raises ValueError (the official code returns recall_all = 1
+and ndcg = 0, and averages such questions in; abstention questions and questions whose evidence is
+not in the indexed corpus, e.g. assistant-only evidence under LongMemEval's user-turn index, are
+left out before scoring and counted as exclusions). Session rankings are, with ``session_scoring:
+dedup``, the deduplicated turn ranking (sessions in order of their best turn,
+:func:`pipelines.evaluate.protocol.ranking`) scored like any ranking; with ``session_scoring:
+longmemeval`` they are scored by :func:`longmemeval_turn2session`, exactly as the official
+``evaluate_retrieval_turn2session`` (duplicate turns kept, k widened to k distinct documents, an
+evidence session's non-evidence turns a separate "noans" document), which differs from the
+deduplicated ranking in NDCG and, through the noans rule, in recall_any / recall_all too.
 """
 
 from __future__ import annotations

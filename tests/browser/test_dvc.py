@@ -79,15 +79,15 @@ def test_dvc_params_diff_shows_a_changed_parameter(dvc_project):
     path = dvc_project.root / "params.yaml"
     original = path.read_text()
     params = yaml.safe_load(original)
-    before = params["benchmark"]["budget_tokens"]
-    params["benchmark"]["budget_tokens"] = before // 2
+    before = params["synthetic"]["turns"]
+    params["synthetic"]["turns"] = before // 2
     try:
         path.write_text(yaml.safe_dump(params, sort_keys=False))
         diff = json.loads(dvc_project.run("dvc", "params", "diff", "--json").stdout)
-        assert diff == {"params.yaml": {"benchmark.budget_tokens": {"old": before, "new": before // 2,
+        assert diff == {"params.yaml": {"synthetic.turns": {"old": before, "new": before // 2,
                                                                     "diff": before // 2 - before}}}
         table = dvc_project.run("dvc", "params", "diff").stdout
-        assert "benchmark.budget_tokens" in table and str(before) in table and str(before // 2) in table
+        assert "synthetic.turns" in table and str(before) in table and str(before // 2) in table
     finally:
         path.write_text(original)
     assert dvc_project.run("dvc", "params", "diff", "--json").stdout.strip() in ("", "{}")

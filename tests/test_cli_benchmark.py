@@ -1,0 +1,131 @@
+"""``python -m pipelines benchmark``: the synthetic suite end to end, and its errors.
+
+Every run is a subprocess with MNEMOS_ROOT pointing at a temporary project folder holding only a
+copy of params.yaml, so nothing is written into the repository and no trained model is found
+there (mdr must then be listed as missing, not dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LONGMEMEVAL = REPO / "tests" / "fixtures" / "longmemeval_official" / "longmemeval_tiny.json"
+SMALL = ["--set", "synthetic.episodes=6", "--set", "synthetic.sessions=3"]
+
+
+def tmp_project(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    return root
+
+
+def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli_synthetic")
+    root, out = tmp_project(tmp / "project"), tmp / "report"
+    proc = run_cli(["benchmark", "--suite", "synthetic", "--strategies", "no_history,bm25,mdr", "--out", str(out),
+                    "--cache-dir", str(tmp / "cache"), "-q", *SMALL], root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, out, root
+
+
+def test_last_stdout_line_is_metrics_json(synthetic_run):
+    proc, out, _ = synthetic_run
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert last == json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert list(last) == ["synthetic"]
+    assert set(last["synthetic"]) == {"no_history", "bm25"}  # mdr could not run: no metrics, listed below
+    bm25, none = last["synthetic"]["bm25"], last["synthetic"]["no_history"]
+    assert bm25["queries"] > 0 and bm25["queries"] == none["queries"]
+    for key in ("turn/recall@5", "turn/recall_any@1", "turn/recall_all@10", "session/ndcg_any@3", "turn/mrr",
+                "context_tokens"):
+        assert key in bm25
+    assert 0 < bm25["turn/recall@10"] <= 1 and none["turn/recall@10"] == 0.0  # no memory retrieves nothing
+    assert all(0.0 <= v <= 1.0 for k, v in bm25.items() if "/" in k)
+
+
+def test_missing_strategy_is_listed_not_dropped(synthetic_run):
+    proc, out, _ = synthetic_run
+    md = (out / "benchmark.md").read_text(encoding="utf-8")
+    assert "## Suite `synthetic`" in md
+    assert "(missing: mdr)" in md
+    rows = [line for line in md.splitlines() if line.startswith("| mdr | missing:")]
+    assert len(rows) == 2 and all("mdr_teacher" in r for r in rows)  # one row per granularity table, with why
+    assert "| bm25 |" in md and "| no_history |" in md
+    assert "strategy mdr is missing" in proc.stderr
+
+
+def test_plots_and_queries_are_written(synthetic_run):
+    _, out, root = synthetic_run
+    folder = out / "plots" / "synthetic"
+    for name in ("recall_at_k.png", "recall_by_session.png", "tokens_vs_recall.png"):
+        data = (folder / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, name
+    header = (folder / "recall_at_k.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
+    assert header[0] == "k" and {"turn/bm25", "turn/no_history", "session/bm25"} <= set(header)
+    rows = [json.loads(line) for line in (out / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert rows and {r["strategy"] for r in rows} == {"no_history", "bm25"}
+    assert sorted(p.name for p in root.iterdir()) == ["params.yaml"]  # nothing written into the project
+
+
+def test_unknown_suite_names_the_shipped_ones(tmp_path):
+    proc = run_cli(["benchmark", "--suite", "nope", "--out", str(tmp_path / "out"), "-q"], tmp_project(tmp_path / "p"))
+    assert proc.returncode != 0
+    assert "'nope' not found" in proc.stderr
+    assert "shipped suites:" in proc.stderr and "synthetic" in proc.stderr and "longmemeval_s" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_suite_file_with_unknown_key(tmp_path):
+    text = (REPO / "pipelines" / "evaluate" / "suites" / "synthetic.yaml").read_text(encoding="utf-8")
+    bad = tmp_path / "my_suite.yaml"
+    bad.write_text(text + "\nbudget_tokns: 512\n", encoding="utf-8")
+    proc = run_cli(["benchmark", "--suite", str(bad), "--out", str(tmp_path / "out"), "-q", *SMALL],
+                   tmp_project(tmp_path / "p"))
+    assert proc.returncode != 0
+    assert str(bad) in proc.stderr and "budget_tokns" in proc.stderr and "unknown key" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+def test_missing_data_path(tmp_path):
+    missing = tmp_path / "nowhere" / "longmemeval_s.json"
+    proc = run_cli(["benchmark", "--suite", "longmemeval_s", "--path", str(missing), "--strategies", "bm25",
+                    "--out", str(tmp_path / "out"), "-q"], tmp_project(tmp_path / "p"))
+    assert proc.returncode != 0
+    assert str(missing) in proc.stderr and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+def test_bad_record_names_file_record_and_field(tmp_path):
+    records = json.loads(LONGMEMEVAL.read_text(encoding="utf-8"))
+    del records[1]["question"]  # item 1 is q2_hobbies
+    bad = tmp_path / "longmemeval_bad.json"
+    bad.write_text(json.dumps(records), encoding="utf-8")
+    out = tmp_path / "out"
+    proc = run_cli(["benchmark", "--suite", "longmemeval_s", "--path", str(bad), "--strategies", "bm25",
+                    "--out", str(out), "-q"], tmp_project(tmp_path / "p"))
+    assert proc.returncode != 0
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1, proc.stderr[-2000:]
+    assert str(bad) in error[0] and "q2_hobbies" in error[0] and "'question'" in error[0]
+    assert "Traceback" not in proc.stderr
+    assert not (out / "metrics.json").exists()
+    assert proc.stdout.strip() == "" or not proc.stdout.strip().splitlines()[-1].startswith("{")
