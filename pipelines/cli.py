@@ -81,7 +81,7 @@ def cmd_ingest(args) -> int:
 def cmd_benchmark(args) -> int:
     from pipelines.config import ROOT, resolve
     from pipelines.evaluate.report import evaluate_suite, write_report
-    from pipelines.evaluate.suite import load_suite, strategy_defaults, suite_episodes
+    from pipelines.evaluate.suite import generation_defaults, load_suite, strategy_defaults, suite_episodes
 
     config = resolve(_overrides(args))
     suite = load_suite(args.suite)
@@ -101,10 +101,16 @@ def cmd_benchmark(args) -> int:
     for strategy, values in (config.get("benchmark", {}).get("strategy_settings") or {}).items():
         if strategy in suite.strategies:
             settings.setdefault(strategy, {}).update(values)
-    run = evaluate_suite(suite, episodes, settings, show_progress=not args.quiet)
+    generation = generation_defaults(suite.generation, root)
+    for values in generation.values():  # MDR's generation settings (params.yaml mdr.generation, seed)
+        values.update(max_new_tokens=(config.get("mdr", {}).get("generation") or {}).get("max_new_tokens", 32),
+                      seed=config.get("seed", 2022))
+    run = evaluate_suite(suite, episodes, settings, show_progress=not args.quiet, generation=generation)
     out = write_report([run], args.out, profile=config.get("profile", "tiny"))
     for strategy, why in out["missing"][suite.name].items():
         logging.getLogger("mnemos").warning("strategy %s is missing: %s", strategy, why)
+    for generator, why in out["generation_missing"][suite.name].items():
+        logging.getLogger("mnemos").warning("generation %s is missing: %s", generator, why)
     print(json.dumps(json.loads(Path(out["files"]["metrics"]).read_text(encoding="utf-8"))))
     return 0
 

@@ -9,15 +9,23 @@ recorded as *missing* with the reason, never dropped); :func:`write_report` writ
   counts and exclusions, one table per granularity (strategies as rows, metrics as columns, the
   best value of each column in bold, missing strategies as rows saying why), per-category and
   per-session tables of recall@K (sessions numbered from 1, as in G-Long's tables), and the
-  published reference numbers of the suite, labelled comparable or not;
+  published reference numbers of the suite, labelled comparable or not; for a suite with
+  ``generation: [mdr]``, a "Response generation" table (our MDR row labelled with the profile, the
+  suite's reference rows beside it labelled comparable or not; bold marks the best value of a
+  column among comparable rows only), a per-session table and a few sample responses;
 - ``metrics.json``: ``{suite: {strategy: {metric: value}}}`` with flat keys such as
   ``"turn/recall@5"``, ``"session/ndcg_any@10"``, ``"turn/mrr"``, ``"context_tokens"``,
-  ``"queries"`` (a DVC metrics file);
+  ``"queries"`` (a DVC metrics file); a suite's generation sits beside its strategies under
+  ``"mdr_generation"`` with keys ``"bleu-1"``.. ``"bleu-4"``, ``"rouge-l"``, ``"dist-n"``,
+  ``"c_dist-n"``, ``"s_dist-n"``, ``"responses"``, ``"examples_total"``, per session
+  ``"session_<n>/<metric>"`` and the mean over sessions 2-5 (G-Long's tables) ``"sessions_2-5/<metric>"``;
 - ``queries.jsonl``: one line per (suite, strategy, query, granularity) with its metrics;
 - per suite, ``plots/<suite>/recall_at_k.png`` (recall@k against k, a line per strategy, a panel
   per granularity), ``recall_by_session.png`` (recall@K against the session a query is asked in),
   ``tokens_vs_recall.png`` (mean context tokens against recall@K) and ``recall_at_k.csv`` (column
-  ``k`` and one column ``<granularity>/<strategy>`` each: a DVC plot with x = k).
+  ``k`` and one column ``<granularity>/<strategy>`` each: a DVC plot with x = k), and with more
+  than one session scored for generation ``generation_by_session.png`` (BLEU-1 and ROUGE-L
+  against the session number).
 
 "Best" is the highest value for every retrieval metric; ``context_tokens`` and ``queries`` are
 reported, not ranked. A column where every strategy ties has no bold value.
@@ -28,9 +36,9 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from pipelines.data.schema import Episode
 from pipelines.errors import ConfigError, ModelNotTrained
@@ -40,6 +48,11 @@ from pipelines.evaluate.suite import Suite
 from pipelines.memory import GRANULARITIES, TokenCounter, missing_models
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # distinct markers so overlapping points stay readable
+GENERATION_COLUMNS = ("bleu-1", "bleu-2", "bleu-3", "bleu-4", "rouge-l", "dist-1", "dist-2", "c_dist-1", "c_dist-2",
+                      "s_dist-1", "s_dist-2")
+SESSION_COLUMNS = ("responses", "bleu-1", "bleu-2", "bleu-3", "bleu-4", "rouge-l", "c_dist-1", "c_dist-2",
+                   "s_dist-1", "s_dist-2")
+GLONG_SESSIONS = (2, 3, 4, 5)  # G-Long's tables: sessions 2-5 (and their average)
 
 
 def headline_k(ks: Sequence[int]) -> int:
@@ -54,12 +67,15 @@ def _fmt(value: float | int | None, decimals: int = 4) -> str:
 
 
 def markdown_table(rows: dict[str, dict[str, float]], columns: Sequence[str],
-                   ranked: Iterable[str] | None = None, row_label: str = "strategy") -> str:
-    """A markdown table; in each column named in ``ranked`` the highest value(s) are bold."""
+                   ranked: Iterable[str] | None = None, row_label: str = "strategy",
+                   ranked_rows: Iterable[str] | None = None, decimals: Mapping[str, int] | None = None) -> str:
+    """A markdown table; in each column named in ``ranked`` the highest value(s) among the rows named
+    in ``ranked_rows`` (default: every row) are bold. ``decimals`` overrides a column's decimals."""
     ranked = set(columns if ranked is None else ranked)
+    competing = set(rows if ranked_rows is None else ranked_rows)
     best: dict[str, float] = {}
     for col in ranked:
-        values = [r[col] for r in rows.values() if r.get(col) is not None]
+        values = [r[col] for name, r in rows.items() if name in competing and r.get(col) is not None]
         if values and max(values) > min(values):
             best[col] = max(values)
     lines = [f"| {row_label} | " + " | ".join(columns) + " |",
@@ -68,9 +84,10 @@ def markdown_table(rows: dict[str, dict[str, float]], columns: Sequence[str],
         cells = []
         for col in columns:
             value = row.get(col)
-            decimals = 0 if col == "queries" else 1 if col == "context_tokens" else 4
-            text = _fmt(value, decimals)
-            cells.append(f"**{text}**" if col in best and value is not None and value == best[col] else text)
+            places = (decimals or {}).get(col, 0 if col == "queries" else 1 if col == "context_tokens" else 4)
+            text = _fmt(value, places)
+            bold = name in competing and col in best and value is not None and value == best[col]
+            cells.append(f"**{text}**" if bold else text)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -180,6 +197,16 @@ def _plot_tokens_vs_recall(results: dict[str, ProtocolResult], k: int, path: Pat
     _save(plt, fig, axes, path)
 
 
+def _plot_generation_by_session(result: dict, path: Path, title: str) -> None:
+    sessions = sorted(result["by_session"])
+    plt, fig, axes = _figure(1)
+    ax = axes[0]
+    for j, metric in enumerate(("bleu-1", "rouge-l")):
+        ax.plot(sessions, [result["by_session"][n][metric] for n in sessions], marker=MARKERS[j], label=metric)
+    ax.set(title=title, xlabel="session number (1 = first)", ylabel="score (0-100)", xticks=sessions)
+    _save(plt, fig, axes, path)
+
+
 def _write_recall_csv(results: dict[str, ProtocolResult], ks: Sequence[int], path: Path) -> list[str]:
     aggs = {name: r.aggregate()["overall"] for name, r in results.items()}
     columns = [(g, name) for g in GRANULARITIES for name, agg in aggs.items() if g in agg]
@@ -208,9 +235,14 @@ class SuiteRun:
     results: dict[str, ProtocolResult]
     missing: dict[str, str]   # strategy -> why it could not run (its model is not trained)
     counter: TokenCounter
+    generation: dict[str, dict] = field(default_factory=dict)  # generator -> evaluate_mdr_episodes' result
+    generation_missing: dict[str, str] = field(default_factory=dict)  # generator -> why it was not scored
 
     def metrics(self) -> dict[str, dict[str, float]]:
-        return {name: flat_metrics(r.aggregate()["overall"]) for name, r in self.results.items()}
+        out = {name: flat_metrics(r.aggregate()["overall"]) for name, r in self.results.items()}
+        for name, result in self.generation.items():
+            out[f"{name}_generation"] = flat_generation_metrics(result)
+        return out
 
     def counts(self) -> dict[str, dict[str, int]]:
         return {name: {"scored": r.aggregate()["overall"]["queries"], **r.exclusion_counts()}
@@ -218,9 +250,13 @@ class SuiteRun:
 
 
 def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
-                   tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None) -> SuiteRun:
-    """Run each strategy of ``suite`` over ``episodes``; ``settings`` (strategy -> config fields)
-    go under the suite's own ``strategy_settings``."""
+                   tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None,
+                   generation: dict[str, dict[str, Any]] | None = None) -> SuiteRun:
+    """Run each strategy of ``suite`` over ``episodes``, then the suite's generators; ``settings``
+    (strategy -> config fields) go under the suite's own ``strategy_settings``; ``generation``
+    (generator -> settings: ``teacher`` / ``student`` / ``decoder`` folders, ``max_new_tokens``,
+    ``seed``, ``device``) goes over the project defaults (:func:`generation_defaults` under the
+    project root). A generator whose model is missing is recorded in ``generation_missing``."""
     settings = settings or {}
     unknown = sorted(set(settings) - set(suite.strategies))
     if unknown:
@@ -240,10 +276,143 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
             results[name] = run_protocol(episodes, name, config, merged, counter)
         except ModelNotTrained as exc:
             missing[name] = str(exc)
-    return SuiteRun(suite, len(episodes), results, missing, counter)
+    scored, not_scored = run_generation(suite, episodes, generation, show_progress)
+    return SuiteRun(suite, len(episodes), results, missing, counter, scored, not_scored)
 
 
-def _suite_markdown(run: SuiteRun) -> tuple[str, str]:
+def run_generation(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
+                   show_progress: bool = True) -> tuple[dict[str, dict], dict[str, str]]:
+    """The suite's generators over ``episodes`` -> (generator -> result, generator -> why not scored)."""
+    from tqdm.auto import tqdm
+
+    from pipelines.config import ROOT
+    from pipelines.evaluate.suite import generation_defaults
+    from pipelines.mdr.evaluate import check_models, evaluate_mdr_episodes
+
+    settings = settings or {}
+    unknown = sorted(set(settings) - set(suite.generation))
+    if unknown:
+        raise ConfigError(f"generation settings are given for {unknown}, which suite {suite.name!r} does not "
+                          f"score (its generation: {list(suite.generation)}).")
+    defaults = generation_defaults(suite.generation, ROOT)
+    scored: dict[str, dict] = {}
+    not_scored: dict[str, str] = {}
+    for name in suite.generation:  # only "mdr" is known (Suite validates the names)
+        merged = {**defaults.get(name, {}), **settings.get(name, {})}
+        absent = check_models(merged.get("teacher"), merged.get("student"), merged.get("decoder"))
+        if absent:
+            not_scored[name] = "; ".join(str(e) for e in absent)
+            continue
+        bars = []
+
+        def progress(total: int, _name: str = name):
+            bar = tqdm(total=total, desc=f"{suite.name} {_name} generation", unit="response",
+                       disable=not show_progress)
+            bars.append(bar)
+            return bar.update
+
+        try:
+            result = evaluate_mdr_episodes(
+                episodes, merged["teacher"], merged["student"], merged["decoder"],
+                max_examples=suite.max_generation_examples, max_new_tokens=int(merged.get("max_new_tokens", 32)),
+                samples=int(merged.get("samples", 5)), seed=int(merged.get("seed", 2022)),
+                device=merged.get("device"), source=f"suite {suite.name}", progress_factory=progress)
+        except ConfigError as exc:  # ModelNotTrained, or a model folder without its saved settings
+            not_scored[name] = str(exc)
+            continue
+        finally:
+            for bar in bars:
+                bar.close()
+        if not result["examples_scored"]:
+            not_scored[name] = (f"no (Q, R) round in the suite's {len(episodes)} episodes (a round is a "
+                                f"main-speaker turn answering the partner)")
+            continue
+        scored[name] = result
+    return scored, not_scored
+
+
+def flat_generation_metrics(result: dict) -> dict[str, float]:
+    """One generator's result as flat metrics: overall, ``session_<n>/<m>`` and ``sessions_2-5/<m>``."""
+    out = {k: float(v) for k, v in result["overall"].items()}
+    out["examples_total"] = float(result.get("examples_total", out.get("responses", 0.0)))
+    for num, values in result["by_session"].items():
+        out.update({f"session_{num}/{k}": float(v) for k, v in values.items()})
+    mean = glong_session_mean(result)
+    out.update({f"sessions_2-5/{k}": v for k, v in mean.items()})
+    return out
+
+
+def glong_session_mean(result: dict) -> dict[str, float]:
+    """The mean over sessions 2-5 of each per-session metric, as G-Long averages its tables (only the
+    sessions present; empty when none of 2-5 is). ``responses`` is their sum."""
+    per = [values for num, values in result["by_session"].items() if num in GLONG_SESSIONS]
+    if not per:
+        return {}
+    keys = [k for k in per[0] if all(k in v for v in per)]
+    return {k: float(sum(v[k] for v in per)) if k == "responses" else sum(v[k] for v in per) / len(per)
+            for k in keys}
+
+
+def _generation_markdown(run: SuiteRun, profile: str) -> list[str]:
+    """The "Response generation" part of a suite's section (empty when the suite scores none)."""
+    suite = run.suite
+    if not suite.generation:
+        return []
+    decimals = {c: (2 if c.startswith(("bleu", "rouge")) else 3) for c in GENERATION_COLUMNS}
+    decimals["responses"] = 0
+    ref = suite.reference
+    comparable = bool(ref.get("comparable"))
+    label = "comparable" if comparable else "not comparable"
+    refs = {f"{system} ({label})": {c: float(v) for c, v in nums.items() if c in GENERATION_COLUMNS}
+            for system, nums in (ref.get("rows") or {}).items()
+            if any(c in GENERATION_COLUMNS for c in nums)}
+    lines = ["### Response generation", ""]
+    for name in suite.generation:
+        result = run.generation.get(name)
+        ours = f"{name} (this run, profile `{profile}`)"
+        if result is not None:
+            lines += [f"Greedy responses of the {name.upper()} decoder from R^(K) (computed by the trained student "
+                      f"from P, H and Q) and the query Q, on {result['examples_scored']} of the "
+                      f"{result['examples_total']} (Q, R) rounds of the suite's episodes (evenly spaced; "
+                      f"max_generation_examples = {suite.max_generation_examples}). BLEU (sacrebleu, corpus) and "
+                      "ROUGE-L (rouge-score) on 0-100; Distinct-n over all responses (dist), per response (c_dist) "
+                      f"and over {result.get('samples', 5)} sampled responses per context (s_dist).", ""]
+        rows = {ours: result["overall"]} if result is not None else {}
+        rows.update(refs)
+        competing = [ours] + (list(refs) if comparable else [])
+        table = markdown_table(rows, list(GENERATION_COLUMNS), row_label="system", ranked_rows=competing,
+                               decimals=decimals)
+        if result is None:
+            head = table.split("\n")
+            why = run.generation_missing.get(name, "not scored")
+            head.insert(2, f"| {ours} | missing: {why} |" + " |" * (len(GENERATION_COLUMNS) - 1))
+            table = "\n".join(head)
+        lines += [table, ""]
+        if refs:
+            lines += [f"Reference rows: {ref.get('source', 'published numbers')} ({label} with this run"
+                      + ("" if comparable else ": a different model, data or scale") + "). Bold: best per column "
+                      + ("among comparable rows." if comparable else "among comparable rows only (none here)."), ""]
+        if result is None:
+            continue
+        per = {f"session {num}": values for num, values in result["by_session"].items()}
+        mean = glong_session_mean(result)
+        if mean:
+            present = [n for n in GLONG_SESSIONS if n in result["by_session"]]
+            per[f"sessions {', '.join(map(str, present))} (mean)"] = mean
+        if per:
+            lines += [f"#### Response generation by session ({name})", "",
+                      markdown_table(per, list(SESSION_COLUMNS), ranked=(), row_label="session", decimals=decimals),
+                      "", "Sessions are numbered from 1 (the session a response is in); G-Long's tables report "
+                      "sessions 2-5 and their average (the mean row).", ""]
+        if result["examples"]:
+            lines += [f"#### Samples ({name})", "", "| query | reference | response |", "| --- | --- | --- |"]
+            lines += [f"| {x['query']} | {x['reference']} | {x['response']} |".replace("\n", " ")
+                      for x in result["examples"]]
+            lines.append("")
+    return lines
+
+
+def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
     """(the suite's section of benchmark.md, its granularity tables alone for Dagster metadata)."""
     suite, results, ks = run.suite, run.results, run.suite.ks
     tables = granularity_tables(results, ks, suite.metrics, run.missing)
@@ -257,6 +426,9 @@ def _suite_markdown(run: SuiteRun) -> tuple[str, str]:
               f"{'LongMemEval turn2session' if suite.session_scoring == 'longmemeval' else 'deduplicated ranking'}",
               f"- strategies: {', '.join(suite.strategies)}"
               + (f" (missing: {', '.join(run.missing)})" if run.missing else ""),
+              *([f"- response generation: {', '.join(suite.generation)}"
+                 + (f" (missing: {', '.join(run.generation_missing)})" if run.generation_missing else "")]
+                if suite.generation else []),
               f"- cut-offs k: {', '.join(map(str, ks))}; context budget: {suite.budget_tokens} tokens "
               f"({run.counter.name} tokens)", "", "### Queries", ""]
     counts = run.counts()
@@ -275,6 +447,7 @@ def _suite_markdown(run: SuiteRun) -> tuple[str, str]:
             lines += [f"### {title}: recall@{k}", ""]
             for g, t in parts:
                 lines += [f"{g} granularity:", "", t, ""]
+    lines += _generation_markdown(run, profile)
     ref = suite.reference
     if ref.get("rows") or ref.get("note"):
         label = "comparable" if ref.get("comparable") else "not comparable with this run"
@@ -295,6 +468,7 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
     ``models`` maps a model to its size / description for the header (e.g. ``{"mdr decoder":
     "GPT-2 2x64"}``). Returns ``{"metrics", "markdown" (suite -> tables), "plots" (paths),
     "files", "counts" (suite -> strategy -> counts), "missing" (suite -> strategy -> why),
+    "generation_missing" (suite -> generator -> why),
     "dvc_plot" (the first suite's recall CSV: path, x, y)}``.
     """
     if not runs:
@@ -322,11 +496,16 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
     plots: list[Path] = []
     dvc_plot: dict[str, Any] = {}
     for run in runs:
-        section, tables[run.suite.name] = _suite_markdown(run)
+        section, tables[run.suite.name] = _suite_markdown(run, profile)
         lines.append(section)
+        folder = out / "plots" / run.suite.name
+        for name, result in run.generation.items():
+            if len(result["by_session"]) > 1:
+                path = folder / "generation_by_session.png"
+                _plot_generation_by_session(result, path, f"{run.suite.name}: {name} generation")
+                plots.append(path)
         if not run.results:
             continue
-        folder = out / "plots" / run.suite.name
         k = headline_k(run.suite.ks)
         paths = [folder / "recall_at_k.png", folder / "recall_by_session.png", folder / "tokens_vs_recall.png",
                  folder / "recall_at_k.csv"]
@@ -340,7 +519,9 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
     files.update({p.relative_to(out).as_posix(): p for p in plots})
     return {"metrics": metrics, "markdown": tables, "plots": plots, "files": files,
             "counts": {run.suite.name: run.counts() for run in runs},
-            "missing": {run.suite.name: dict(run.missing) for run in runs}, "dvc_plot": dvc_plot}
+            "missing": {run.suite.name: dict(run.missing) for run in runs},
+            "generation_missing": {run.suite.name: dict(run.generation_missing) for run in runs},
+            "dvc_plot": dvc_plot}
 
 
 def run_benchmark(episodes: Iterable[Episode], strategies: Sequence[str], ks: Sequence[int] = (1, 3, 5, 10),

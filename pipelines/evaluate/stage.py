@@ -102,6 +102,9 @@ def benchmark(ctx) -> StageResult:
                     "glong_extractor": _extraction_section(ctx),
                     "emma": _emma_section(ctx, synthetic_episodes, split)}
     _write_sections(ctx, out, sections)
+    if ctx.tracker is not None:  # the finished report beside its plots in the MLflow run
+        for rel in (REPORT, METRICS):
+            ctx.tracker.log_artifact(ctx.path(rel), artifact_path="report")
     metrics = {f"{suite}/{strategy}/{name}": value for suite, per in out["metrics"].items()
                for strategy, values in per.items() for name, value in values.items()}
     meta = {"suites": [r.suite.name for r in runs], "episodes": {r.suite.name: r.episodes for r in runs},

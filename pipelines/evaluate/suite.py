@@ -18,6 +18,17 @@ A suite file (``pipelines/evaluate/suites/<name>.yaml``, or any path) holds::
     corpus: all                  # all turns, or main_speaker: only the main speaker's turns are indexed
     session_scoring: dedup       # dedup, or longmemeval (official turn2session from the turn ranking)
     reference: {...}             # published numbers printed beside ours (see below)
+    generation: []               # response generation scored on the suite's own data: [mdr] or []
+    max_generation_examples: 200 # (Q, R) rounds generated for, evenly spaced over the data (null: all)
+
+``generation: [mdr]`` also scores MDR's response generation on the suite's episodes (their
+(P, H, Q, R) rounds, :func:`pipelines.mdr.evaluate.evaluate_mdr_episodes`): BLEU-1..4, ROUGE-L,
+Distinct-1/2 per response (C-Dist) and over 5 sampled responses (S-Dist), overall and per session
+number, beside the suite's reference rows. It needs the trained models/mdr_teacher, mdr_student
+and mdr_decoder (:func:`generation_defaults`); when one is missing the generation is listed as
+missing. Each kept round costs 1 greedy and 5 sampled generations, slow on a CPU with the paper
+profile's GPT-2 124M: ``max_generation_examples`` (default 200) bounds the work. The synthetic
+suite keeps generation off: the benchmark stage already scores MDR's generation on that data.
 
 ``reference`` holds ``{"source": citation, "comparable": bool, "note": str, "rows": {system:
 {metric: value}}}``: the report prints the rows beside our table, labelled comparable or not.
@@ -47,6 +58,7 @@ RETRIEVAL_METRICS = ("recall", "recall_any", "recall_all", "ndcg_any", "mrr")
 SPLITS = ("train", "valid", "test", "all")
 CORPORA = ("all", "main_speaker")
 SESSION_SCORING = ("dedup", "longmemeval")
+GENERATORS = ("mdr",)  # response generators a suite can score (``generation``)
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,8 @@ class Suite:
     corpus: str = "all"
     session_scoring: str = "dedup"
     reference: dict[str, Any] = field(default_factory=dict)
+    generation: tuple[str, ...] = ()
+    max_generation_examples: int | None = 200
     file: str = ""  # where the suite was read from (for error messages)
 
     def __post_init__(self) -> None:
@@ -124,6 +138,19 @@ class Suite:
         rows = self.reference.get("rows", {})
         if not isinstance(rows, dict) or any(not isinstance(v, dict) for v in rows.values()):
             raise bad("reference.rows", "must map a system name to {metric: value}")
+        generation = self.generation
+        if isinstance(generation, str) or not isinstance(generation, (list, tuple)):
+            raise bad("generation", f"must be a list of generators ({', '.join(GENERATORS)}), got {generation!r}")
+        generation = tuple(generation)
+        odd = [g for g in generation if g not in GENERATORS]
+        if odd:
+            raise bad("generation", f"unknown generator(s) {odd}; known: {list(GENERATORS)}")
+        if len(set(generation)) != len(generation):
+            raise bad("generation", f"a generator is named twice: {list(generation)}")
+        limit = self.max_generation_examples
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise bad("max_generation_examples", f"must be a positive integer or null, got {limit!r}")
+        object.__setattr__(self, "generation", generation)
         object.__setattr__(self, "strategies", strategies)
         object.__setattr__(self, "metrics", metrics)
         object.__setattr__(self, "ks", tuple(sorted(set(ks))))
@@ -141,7 +168,9 @@ class Suite:
         """What identifies the scoring of this suite: logged as params and printed in the report."""
         return {"suite": self.name, "version": self.version, "source": self.source, "split": self.split,
                 "corpus": self.corpus, "session_scoring": self.session_scoring, "ks": list(self.ks),
-                "budget_tokens": self.budget_tokens}
+                "budget_tokens": self.budget_tokens,
+                **({"generation": list(self.generation), "max_generation_examples": self.max_generation_examples}
+                   if self.generation else {})}
 
 
 def list_suites() -> list[str]:
@@ -272,7 +301,20 @@ def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "
         "dense": {"cache_dir": cache, "batch_size": embedding_batch_size},
         "hybrid": {"cache_dir": cache, "batch_size": embedding_batch_size},
         "egocentric": {"retriever": str(models / "emma_retriever")},
-        "graph": {"importance": "model", "importance_model": str(models / "glong_importance"), "cache_dir": cache},
+        "graph": {"importance": "model", "importance_model": str(models / "glong_importance"),
+                  "extractor_model": str(models / "glong_extractor"), "cache_dir": cache},
         "mdr": {"teacher": str(models / "mdr_teacher")},
     }
     return {name: dict(defaults[name]) for name in strategies if name in defaults}
+
+
+def generation_defaults(generation: Sequence[str], root: Path, models_dir: str = "models"
+                        ) -> dict[str, dict[str, Any]]:
+    """Project defaults of a suite's generators: the trained models under ``root/models`` (a
+    generator whose model is not there is listed as missing)."""
+    models = root / models_dir
+    defaults: dict[str, dict[str, Any]] = {
+        "mdr": {"teacher": str(models / "mdr_teacher"), "student": str(models / "mdr_student"),
+                "decoder": str(models / "mdr_decoder")},
+    }
+    return {name: dict(defaults[name]) for name in generation if name in defaults}

@@ -265,6 +265,10 @@ class TripletExtractor:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
         self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+        # Prompt tokens that fit: a causal LM's positions hold the prompt and the new tokens.
+        positions = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+        self.max_prompt_tokens = (max(positions - max_new_tokens, 16) if positions and not self.is_seq2seq
+                                  else 1024)
         self.stats = ParseStats()
 
     def generate(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -276,12 +280,14 @@ class TripletExtractor:
         self.model.eval()
         for start in range(0, len(pairs), self.batch_size):
             prompts = [render_prompt(s, t, tok) for s, t in pairs[start:start + self.batch_size]]
-            side = tok.padding_side
+            side, cut = tok.padding_side, tok.truncation_side
             tok.padding_side = "right" if self.is_seq2seq else "left"  # causal: prompts end together
+            tok.truncation_side = "left"  # an over-long prompt keeps its end (utterance, answer cue)
             try:
-                enc = tok(prompts, return_tensors="pt", padding=True).to(device)
+                enc = tok(prompts, return_tensors="pt", padding=True, truncation=True,
+                          max_length=self.max_prompt_tokens).to(device)
             finally:
-                tok.padding_side = side
+                tok.padding_side, tok.truncation_side = side, cut
             with torch.no_grad():
                 gen = self.model.generate(**enc, max_new_tokens=self.max_new_tokens,
                                           do_sample=False, num_beams=1,

@@ -143,6 +143,11 @@ class MemoryStrategy(ABC):
     # Setting values that mean "no trained model needed" (e.g. egocentric retriever "minilm").
     untrained_values: ClassVar[frozenset[str]] = frozenset()
 
+    @classmethod
+    def required_models(cls, settings: dict) -> dict[str, str]:
+        """The ``model_settings`` (setting -> training stage) that ``settings`` actually use."""
+        return dict(cls.model_settings)
+
     def __init__(self, config: StrategyConfig | None = None, counter: TokenCounter | None = None):
         self.config = config if config is not None else self.config_class()
         if not isinstance(self.config, self.config_class):
@@ -195,7 +200,7 @@ def missing_models(name: str, settings: dict | None = None) -> list[ModelNotTrai
     cls = STRATEGIES[name]
     settings = settings or {}
     missing = []
-    for key, stage in cls.model_settings.items():
+    for key, stage in cls.required_models(settings).items():
         value = settings.get(key)
         if value is None or str(value) in cls.untrained_values:
             continue

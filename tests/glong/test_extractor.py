@@ -182,3 +182,19 @@ def test_extractor_inference_and_evaluation(bpe_tokenizer):
                        "triplet_predicted": 1.0, "triplet_gold": 2.0, "parse_valid": 2.0,
                        "parse_repaired": 0.0, "parse_dropped": 1.0, "parse_items_dropped": 0.0}
     assert bpe_tokenizer.padding_side == "right"                 # restored after generation
+
+
+def test_extractor_truncates_an_over_long_prompt_to_the_model_positions(bpe_tokenizer):
+    """A LoCoMo-length utterance must not overflow a small causal LM's position table."""
+    lm = ScriptedLM(bpe_tokenizer, ["[]", "[]"])
+    lm.config.n_positions = 96
+    seen = []
+    generate = lm.generate
+    lm.generate = lambda input_ids, attention_mask, **kw: (seen.append(input_ids.shape[1]),
+                                                            generate(input_ids, attention_mask, **kw))[1]
+    ex = TripletExtractor(lm, bpe_tokenizer, max_new_tokens=32, batch_size=2)
+    assert ex.max_prompt_tokens == 64
+    long = " ".join(["my grandmother's garden had tall sunflowers"] * 80)
+    assert ex([("Ana", long), ("Bo", "Short one.")]) == [[], []]
+    assert seen == [64]                                             # cut to positions - new tokens
+    assert bpe_tokenizer.truncation_side == "right"                 # restored after generation

@@ -24,6 +24,8 @@ episode's main speaker, ``retrieve_for``/``compose`` for any agent.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from typing import Callable, Sequence
 
 from pipelines.data.schema import Episode, Query, Session
@@ -37,6 +39,15 @@ from pipelines.memory.egocentric.store import AgentMemory, StoredMemory
 # The dialogue module as a text-to-text function: (input sequences, max new tokens) -> output sequences.
 Seq2Seq = Callable[[Sequence[str], int], list[str]]
 UNKNOWN_PARTNER = "USER"   # tag of the query's speaker when its session (hence its partner) is unknown
+
+
+@lru_cache(maxsize=2)
+def _load_retriever(ref: str, device: str):
+    """The dual encoder in eval mode, loaded once per process (a fresh strategy serves each episode)."""
+    from pipelines.emma.retriever import DualEncoder, RetrieverConfig
+
+    model = DualEncoder.from_pretrained(RetrieverConfig()) if ref == "minilm" else DualEncoder.load(ref)
+    return model.to(device).eval()
 
 
 @register_strategy("egocentric")
@@ -78,11 +89,7 @@ class Egocentric(MemoryStrategy):
     def retriever(self):
         """The dual encoder (pipelines.emma.retriever.DualEncoder), loaded on first use."""
         if self._retriever is None:
-            from pipelines.emma.retriever import DualEncoder, RetrieverConfig
-
-            ref = self.config.retriever
-            model = DualEncoder.from_pretrained(RetrieverConfig()) if ref == "minilm" else DualEncoder.load(ref)
-            self._retriever = model.to(self.config.device).eval()
+            self._retriever = _load_retriever(self.config.retriever, self.config.device)
         return self._retriever
 
     # --- writing ----------------------------------------------------------------------------------

@@ -73,6 +73,16 @@ class GraphMemory(MemoryStrategy):
     model_settings = {"importance_model": "glong_importance", "extractor_model": "glong_extractor"}
     granularities = ("turn", "session")
 
+    @classmethod
+    def required_models(cls, settings: dict) -> dict[str, str]:
+        """The extractor only with ``extraction: model``, the summariser only with ``importance: model``."""
+        need = {}
+        if settings.get("extraction", GraphConfig.extraction) == "model":
+            need["extractor_model"] = cls.model_settings["extractor_model"]
+        if settings.get("importance", GraphConfig.importance) == "model":
+            need["importance_model"] = cls.model_settings["importance_model"]
+        return need
+
     def __init__(self, config: GraphConfig | None = None, counter=None, *, embedder=None,
                  extractor: Extractor | None = None, scorer: ImportanceScorer | None = None):
         super().__init__(config, counter)
