@@ -8,8 +8,8 @@ model and text hash), so that a second run is fast.
     python benchmarks/longmemeval_scale.py --data /tmp/lme_s.json --work /tmp/lme_scale
 
 ``--data``: the real ``longmemeval_s.json`` if you have it; when the file does not exist a file
-of S's shape is written first (benchmarks/make_longmemeval_like.py: random words, user and
-assistant turns of ``--words-per-turn`` words). The suite indexes user turns only (as the official
+of S's shape is written first (benchmarks/make_longmemeval_like.py: random words; user turns of
+``--user-words`` words, assistant turns longer, ``--words-per-turn`` on average, as S's ~260 MB). The suite indexes user turns only (as the official
 retrieval code), so the dense encoder sees about half the turns. Prints one JSON line per run:
 wall seconds, peak RSS of the benchmark process, encoded texts, and the turn recall@5 figures.
 """
@@ -52,13 +52,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, required=True, help="folder for reports and the embedding cache")
     ap.add_argument("--strategies", default="no_history,long_context,bm25,dense,hybrid")
     ap.add_argument("--max-episodes", type=int, help="first N questions only (a quick check)")
-    ap.add_argument("--words-per-turn", type=int, default=155)
+    ap.add_argument("--words-per-turn", type=int, default=155, help="mean words of a turn (file of S's size)")
+    ap.add_argument("--user-words", type=int, default=60,
+                    help="words of a user turn (assistant turns take the rest of the mean)")
     args = ap.parse_args(argv)
     if not args.data.exists():
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from make_longmemeval_like import write
 
-        print(json.dumps({"written": str(args.data), **write(args.data, words_per_turn=args.words_per_turn)}))
+        print(json.dumps({"written": str(args.data), **write(args.data, words_per_turn=args.words_per_turn,
+                                                         user_words=args.user_words)}))
     cache = args.work / "cache"
     for label in ("cold cache", "warm cache"):
         figures = run(args.data, args.work / label.replace(" ", "_"), cache, args.strategies, args.max_episodes)

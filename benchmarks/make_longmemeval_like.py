@@ -32,8 +32,15 @@ def _text(rng: random.Random, n_words: int) -> str:
 
 
 def write(out: Path, questions: int = 500, per_question: int = 48, unique: int = 19000,
-          turns: int = 10, words_per_turn: int = 155, seed: int = 0) -> dict:
-    """Write the file; return its shape (questions, slots, unique sessions, bytes)."""
+          turns: int = 10, words_per_turn: int = 155, seed: int = 0, user_words: int | None = None) -> dict:
+    """Write the file; return its shape (questions, slots, unique sessions, bytes).
+
+    ``user_words`` (default: ``words_per_turn``) sets the user turns' length apart, with the
+    assistant turns at ``2 * words_per_turn - user_words`` so the file keeps its size: in the real
+    data user messages are much shorter than the assistant's answers.
+    """
+    user_words = words_per_turn if user_words is None else user_words
+    assistant_words = max(1, 2 * words_per_turn - user_words)
     rng = random.Random(seed)
     pool_ids = [f"sess_{k:05d}" for k in range(unique)]
     pool: dict[str, list[dict]] = {}
@@ -63,7 +70,8 @@ def write(out: Path, questions: int = 500, per_question: int = 48, unique: int =
             for sid in take:
                 if sid not in pool:
                     pool[sid] = [{"role": "user" if j % 2 == 0 else "assistant",
-                                  "content": _text(rng, words_per_turn)} for j in range(turns)]
+                                  "content": _text(rng, user_words if j % 2 == 0 else assistant_words)}
+                                 for j in range(turns)]
                 haystack.append(pool[sid])
                 used.add(sid)
             answer_sid = take[rng.randrange(len(take))]

@@ -26,8 +26,8 @@ import numpy as np
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
 from pipelines.memory.base import StrategyConfig, register_strategy
-from pipelines.memory.embeddings import (DEFAULT_CACHE_DIR, DEFAULT_MODEL_NAME, EmbeddingCache, Embedder,
-                                         load_encoder)
+from pipelines.memory.embeddings import (DEFAULT_CACHE_DIR, DEFAULT_MODEL_NAME, PRECISIONS, EmbeddingCache,
+                                         Embedder, load_encoder)
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
 
 
@@ -40,6 +40,7 @@ class DenseConfig(StrategyConfig):
     cache_dir: str | None = DEFAULT_CACHE_DIR  # embedding cache folder (relative to the cwd); None: no cache
     batch_size: int = 64                     # texts per forward pass of the encoder
     device: str = "cpu"                      # torch device of the encoder
+    precision: str = "auto"                  # fp32 | bf16 | auto (bf16 where the hardware has it)
     include_speaker: bool = True             # embed "speaker: text" instead of the bare text
     forget_cached: bool = True               # forget() also deletes the forgotten texts' cached vectors
 
@@ -47,6 +48,8 @@ class DenseConfig(StrategyConfig):
         super().__post_init__()
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(f"dense.batch_size must be a positive integer, got {self.batch_size!r}.")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"dense.precision must be one of {list(PRECISIONS)}, got {self.precision!r}.")
         if self.model_name is not None and not self.model_name.strip():
             raise ConfigError("dense.model_name must be a non-empty string (it keys the embedding cache) or null.")
 
@@ -68,7 +71,8 @@ class Dense(TurnStrategy):
         c = self.config
         if embedder is None:
             cache = EmbeddingCache(c.cache_dir) if c.cache_dir else None
-            embedder = Embedder(load_encoder(c.model_path, c.device), c.cache_key, cache, c.batch_size)
+            embedder = Embedder(load_encoder(c.model_path, c.device), c.cache_key, cache, c.batch_size,
+                                precision=c.precision, device=c.device)
         self.embedder = embedder
         self._vectors = np.zeros((0, 0), dtype=np.float32)  # (N, D) rows in store order
 

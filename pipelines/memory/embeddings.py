@@ -119,13 +119,41 @@ class EmbedStats:
     cache_hits: int = 0     # texts served from the cache
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def resolve_precision(precision: str, device: str = "cpu") -> str:
+    """``fp32`` or ``bf16``; ``auto`` is bf16 where the hardware computes it natively (a CPU with
+    AVX512-BF16 / AMX through oneDNN, or a CUDA GPU with bf16), else fp32. On such a CPU bf16
+    autocast encodes MiniLM about twice as fast, with cosines >= 0.9999 to the fp32 vectors."""
+    if precision not in PRECISIONS:
+        from pipelines.errors import ConfigError
+
+        raise ConfigError(f"embedding precision must be one of {list(PRECISIONS)}, got {precision!r}.")
+    if precision != "auto":
+        return precision
+    import torch
+
+    if str(device).startswith("cuda"):
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+
+
 class Embedder:
-    """Encoder + cache: normalised embeddings, every distinct text encoded at most once."""
+    """Encoder + cache: normalised embeddings, every distinct text encoded at most once.
+
+    ``precision`` "bf16" encodes under bf16 autocast; its vectors are cached under the key
+    ``<model_name>@bf16``, apart from the fp32 ones.
+    """
 
     def __init__(self, encoder: Encoder, model_name: str = DEFAULT_MODEL_NAME,
-                 cache: EmbeddingCache | None = None, batch_size: int = 64, chunk_size: int = 4096):
+                 cache: EmbeddingCache | None = None, batch_size: int = 64, chunk_size: int = 4096,
+                 precision: str = "fp32", device: str = "cpu"):
         if batch_size < 1 or chunk_size < 1:
             raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}.")
+        self.precision = resolve_precision(precision, device)
+        self.device_type = "cuda" if str(device).startswith("cuda") else "cpu"
+        model_name = model_name if self.precision == "fp32" else f"{model_name}@{self.precision}"
         self.encoder, self.model_name, self.cache, self.batch_size = encoder, model_name, cache, batch_size
         self.chunk_size = chunk_size  # texts per encode call (and per cache write)
         self.stats = EmbedStats()
@@ -144,9 +172,10 @@ class Embedder:
             for start in tqdm(chunks, desc=f"embedding {len(missing)} texts", unit="chunk",
                               disable=len(chunks) < 2):  # progress on long runs; each chunk cached
                 part = missing[start:start + self.chunk_size]
-                vectors = self.encoder.encode([text_of[h] for h in part], batch_size=self.batch_size,
-                                              normalize_embeddings=True, convert_to_numpy=True,
-                                              show_progress_bar=False)  # (m, D)
+                with self._autocast():
+                    vectors = self.encoder.encode([text_of[h] for h in part], batch_size=self.batch_size,
+                                                  normalize_embeddings=True, convert_to_numpy=True,
+                                                  show_progress_bar=False)  # (m, D)
                 new = dict(zip(part, np.asarray(vectors, dtype=np.float32)))
                 self.stats.encode_calls += 1
                 self.stats.encoded_texts += len(part)
@@ -154,6 +183,15 @@ class Embedder:
                     self.cache.put(self.model_name, new)
                 found.update(new)
         return np.stack([found[h] for h in hashes]).astype(np.float32)  # (N, D)
+
+    def _autocast(self):
+        import contextlib
+
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast(self.device_type, dtype=torch.bfloat16)
 
     def forget(self, texts: Iterable[str]) -> int:
         """Delete the cached vectors of ``texts`` (nothing derived from a forgotten text stays on disk)."""

@@ -51,6 +51,7 @@ class HybridConfig(StrategyConfig):
     cache_dir: str | None = DEFAULT_CACHE_DIR
     batch_size: int = 64
     device: str = "cpu"
+    precision: str = "auto"
     forget_cached: bool = True
     # forwarded to both
     include_speaker: bool = True
@@ -82,7 +83,7 @@ class HybridConfig(StrategyConfig):
     def dense_config(self) -> DenseConfig:
         return DenseConfig(context_k=self.context_k, include_dates=self.include_dates, model_path=self.model_path,
                            model_name=self.model_name, cache_dir=self.cache_dir, batch_size=self.batch_size,
-                           device=self.device, include_speaker=self.include_speaker,
+                           device=self.device, precision=self.precision, include_speaker=self.include_speaker,
                            forget_cached=self.forget_cached)
 
 

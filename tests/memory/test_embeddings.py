@@ -62,3 +62,28 @@ def test_batch_size_and_model_path_are_checked(tmp_path):
         Embedder(FakeEncoder(), batch_size=0)
     with pytest.raises(ConfigError, match="not a local directory"):
         load_encoder(str(tmp_path / "missing"))
+
+
+def test_chunks_are_encoded_and_cached_one_by_one(tmp_path):
+    enc = FakeEncoder()
+    cache = EmbeddingCache(tmp_path)
+    emb = Embedder(enc, "fake", cache=cache, batch_size=8, chunk_size=2)
+    emb.embed(["a", "b", "ab", "aab", "abb"])
+    assert [len(c) for c in enc.calls] == [2, 2, 1] and len(cache) == 5
+    assert emb.stats.encode_calls == 3
+
+
+def test_bf16_precision_is_cached_apart_and_close_to_fp32(tmp_path):
+    from pipelines.memory.embeddings import resolve_precision
+
+    texts = ["I keep my grandmother's recipe box on the top shelf.", "We adopted a greyhound named Juno."]
+    encoder = load_encoder()
+    fp32 = Embedder(encoder, "minilm", EmbeddingCache(tmp_path), precision="fp32")
+    bf16 = Embedder(encoder, "minilm", EmbeddingCache(tmp_path), precision="bf16")
+    assert bf16.model_name == "minilm@bf16" and fp32.model_name == "minilm"
+    a, b = fp32.embed(texts), bf16.embed(texts)
+    assert bf16.stats.cache_hits == 0                       # not served the fp32 vectors
+    assert (a * b).sum(1).min() > 0.99                      # same model, bf16 arithmetic
+    assert resolve_precision("auto") in ("fp32", "bf16")
+    with pytest.raises(ConfigError, match="precision"):
+        resolve_precision("int4")
