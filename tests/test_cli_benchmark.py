@@ -8,30 +8,14 @@ there (mdr must then be listed as missing, not dropped).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests._cli import REPO, run_cli, tmp_project
+
 LONGMEMEVAL = REPO / "tests" / "fixtures" / "longmemeval_official" / "longmemeval_tiny.json"
 SMALL = ["--set", "synthetic.episodes=6", "--set", "synthetic.sessions=3"]
-
-
-def tmp_project(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    return root
-
-
-def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -142,6 +142,12 @@ def _figure(n_panels: int):
     return plt, fig, axes[0]
 
 
+def _integer_ticks(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _save(plt, fig, axes, path: Path) -> None:
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -180,6 +186,7 @@ def _plot_by_session(results: dict[str, ProtocolResult], k: int, path: Path, tit
                 ax.plot(*zip(*points), marker=MARKERS[j % len(MARKERS)], label=name)
         ax.set(title=f"{title}: {g} granularity", xlabel="session the query is asked in (1 = first)",
                ylabel=f"recall@{k}", ylim=(-0.02, 1.05))
+        _integer_ticks(ax)  # sessions are whole numbers
     _save(plt, fig, axes, path)
 
 

@@ -66,20 +66,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests._cli import REPO, run_cli, tmp_project
+
 from pipelines.evaluate.metrics import (dcg, longmemeval_turn2session, ndcg_any_at_k, recall_all_at_k,
                                         recall_any_at_k)
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "longmemeval_official" / "longmemeval_tiny.json"
 KS = (1, 3, 5, 10, 30, 50)  # the longmemeval_s suite's cut-offs (the official ones too)
 
@@ -132,20 +129,6 @@ RANKINGS = {  # the BM25 ranking of each question's indexed (user) turns, best f
 }
 EVIDENCE = {"q1_biscuit": ["answer_4be1b6b4_1:2"], "q2_hobbies": ["answer_8c2f1e9a_1:0", "answer_8c2f1e9a_2:0"],
             "q3_mochi_abs": ["answer_91ab3c7d_1:0"], "q4_sourdough": ["answer_d5e6f7a8_1:2"]}
-
-
-def tmp_project(root: Path) -> Path:
-    """A project folder holding only a copy of params.yaml: nothing is written into the repo."""
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    return root
-
-
-def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,25 @@
+"""Run ``python -m pipelines`` in a subprocess against a temporary project folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tmp_project(root: Path) -> Path:
+    """A project folder holding only a copy of params.yaml: nothing is written into the repo."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    return root
+
+
+def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)

@@ -1,0 +1,83 @@
+"""Every shipped benchmark suite loads, validates and runs on a fixture in its published format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines.errors import ConfigError, ValidationFailed
+from pipelines.evaluate.report import evaluate_suite
+from pipelines.evaluate.suite import list_suites, load_suite, main_speaker_corpus, suite_episodes
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "loaders" / "fixtures"
+DATA = {"locomo": FIXTURES / "locomo10_fixture.json", "longmemeval_s": FIXTURES / "longmemeval_s_fixture.json",
+        "longmemeval_m": FIXTURES / "longmemeval_s_fixture.json",
+        "longmemeval_oracle": FIXTURES / "longmemeval_s_fixture.json", "realmem": FIXTURES / "realmem",
+        "msc": FIXTURES / "msc" / "test.jsonl", "cc": FIXTURES / "cc" / "test.jsonl",
+        "misc": FIXTURES / "misc" / "val.jsonl", "convai2": FIXTURES / "convai2" / "valid_self_original.txt"}
+BASELINES = {"no_history", "long_context", "bm25", "dense", "hybrid"}
+
+
+def test_the_issue_s_suites_are_shipped():
+    assert set(list_suites()) == {"synthetic", *DATA}
+
+
+@pytest.mark.parametrize("name", sorted(DATA))
+def test_suite_runs_on_its_published_format(name, tmp_path):
+    suite = load_suite(name)
+    assert suite.version >= 1 and BASELINES <= set(suite.strategies)
+    for system, row in suite.reference.get("rows", {}).items():
+        assert row and all(isinstance(v, (int, float)) for v in row.values()), system
+    if name == "misc":  # the loader fixture has 3 sessions: MiSC's blocking rules stop the benchmark
+        with pytest.raises(ValidationFailed, match="misc_six_sessions"):
+            suite_episodes(suite, DATA[name])
+        return
+    episodes = suite_episodes(suite, DATA[name])
+    assert episodes
+    cheap = suite.with_overrides(strategies=("no_history", "bm25"), generation=[])
+    run = evaluate_suite(cheap, episodes, show_progress=False)
+    assert set(run.results) == {"no_history", "bm25"} and not run.missing
+    for strategy, metrics in run.metrics().items():
+        assert "context_tokens" in metrics and "queries" in metrics, strategy
+        if metrics["queries"]:
+            assert {f"turn/recall@{k}" for k in suite.ks} <= set(metrics) or "session/mrr" in metrics
+
+
+def test_longmemeval_suites_index_user_turns_only():
+    suite = load_suite("longmemeval_s")
+    assert (suite.corpus, suite.session_scoring) == ("main_speaker", "longmemeval")
+    episodes = suite_episodes(suite, DATA["longmemeval_s"])
+    for e in episodes:
+        assert all(t.speaker == e.main_speaker for s in e.sessions for t in s.turns)
+        kept = {t.id for s in e.sessions for t in s.turns}
+        assert all(set(q.evidence_turns) <= kept for q in e.queries)
+
+
+def test_main_speaker_corpus_moves_session_evidence_to_the_kept_turns(episode):
+    filtered = main_speaker_corpus(episode)
+    kept = {t.id for s in filtered.sessions for t in s.turns}
+    turn_session = {t.id: s.id for s in filtered.sessions for t in s.turns}
+    for before, after in zip(episode.queries, filtered.queries):
+        if before.evidence_turns:
+            assert after.evidence_turns == [t for t in before.evidence_turns if t in kept]
+            assert after.evidence_sessions == list(dict.fromkeys(turn_session[t] for t in after.evidence_turns))
+        else:
+            assert after == before
+
+
+@pytest.mark.parametrize("text, match", [
+    ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25]\nks: [0]\n", "'ks'"),
+    ("name: x\nversion: 1\nsource: nowhere\nstrategies: [bm25]\n", "'source'"),
+    ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25, nope]\n", "unknown strategy"),
+    ("name: x\nversion: 0\nsource: synthetic\nstrategies: [bm25]\n", "'version'"),
+    ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25]\nstrategy_settings: {dense: {}}\n", "does not run"),
+    ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25]\ncorpus: some\n", "'corpus'"),
+    ("name: x\nsource: synthetic\nstrategies: [bm25]\n", "missing key"),
+])
+def test_bad_suite_files_name_the_file_and_key(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match) as err:
+        load_suite(path)
+    assert str(path) in str(err.value)
