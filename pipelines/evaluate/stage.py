@@ -66,8 +66,10 @@ def _first_suite() -> str:
               f"{PLOTS}/{_first_suite()}/recall_by_session.png", f"{PLOTS}/{_first_suite()}/tokens_vs_recall.png"),
        code=("pipelines/evaluate", "pipelines/memory"))
 def benchmark(ctx) -> StageResult:
-    """Every memory strategy of every configured suite (params.yaml ``benchmark.suites``; default the
-    synthetic suite) under the temporal protocol, plus the trained methods' generation sections.
+    """Every memory strategy of every configured benchmark suite under the temporal protocol.
+
+    The suites are named in params.yaml ``benchmark.suites`` (default: the synthetic suite); the
+    trained methods' own sections (MDR and EMMA generation, G-Long extraction) follow.
 
     Memory holds only sessions earlier than the one a query is asked in. Recall@k, recall_any/all@k,
     ndcg_any@k, MRR and context tokens at turn, session and memory level, per category and per

@@ -129,10 +129,13 @@ def test_ingest_checks_render_with_their_results(dagster_ui, driver, materialize
 
 
 def test_benchmark_metadata_shows_the_table_and_links_the_mlflow_run(dagster_ui, driver, materialized):
+    from pipelines.config import resolve
     from pipelines.evaluate.suite import load_suite
 
     project = dagster_ui
-    strategies = load_suite("synthetic").strategies
+    profile = resolve(params_file=project.root / "params.yaml")["profile"]
+    suite = load_suite("synthetic")
+    strategies = suite.strategies
     meta = latest_materialization(project, "benchmark")
     assert meta["runId"] == materialized.run_id
     # The markdown entry that is the benchmark table: the one naming every strategy.
@@ -150,7 +153,7 @@ def test_benchmark_metadata_shows_the_table_and_links_the_mlflow_run(dagster_ui,
             f"{label} markdown button")
     dialog = h.element(driver, "//*[contains(@class,'bp5-dialog')]", "markdown dialog")
     h.wait_until(driver, lambda: all(s in dialog.text for s in strategies)
-                 and all(f"recall@{k}" in dialog.text for k in config["benchmark"]["ks"]),
+                 and all(f"recall@{k}" in dialog.text for k in suite.ks),
                  f"the {label} table lacks a strategy or a cut-off", shot="benchmark-table")
     h.screenshot(driver, "dagster-benchmark-table")
     h.click(driver, h.button_with_text("Close"), "markdown dialog's Close button")
@@ -158,7 +161,7 @@ def test_benchmark_metadata_shows_the_table_and_links_the_mlflow_run(dagster_ui,
     link = h.element(driver, "//tr[td[normalize-space()='mlflow_run_url']]//a[@href]", "MLflow run link")
     assert link.get_attribute("href") == run_url
     driver.get(run_url)  # the link leads to the benchmark's run in the started MLflow server
-    h.wait_for_texts(driver, [f"benchmark-{config['profile']}", "Metrics"], "MLflow run behind the link")
+    h.wait_for_texts(driver, [f"benchmark-{profile}", "Metrics"], "MLflow run behind the link")
 
 
 def metadata_value(driver, key: str) -> str:

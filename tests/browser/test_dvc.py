@@ -65,7 +65,10 @@ def test_dvc_plots_show_renders_the_recall_curves(dvc_project):
     content = shown[recall][0]["content"]
     rows = content["data"]["values"]
     assert {r["field"] for r in rows} == set(spec["y"])                 # one curve per strategy
-    ks = resolve(params_file=dvc_project.root / "params.yaml")["benchmark"]["ks"]
+    from pipelines.evaluate.suite import load_suite
+
+    suites = resolve(params_file=dvc_project.root / "params.yaml")["benchmark"]["suites"]
+    ks = load_suite(suites[0]).ks
     assert sorted({r["k"] for r in rows}, key=int) == [str(k) for k in ks]  # one point per cut-off
     html = dvc_project.run("dvc", "plots", "show", "-o", "dvc_plots").stdout
     index = dvc_project.root / "dvc_plots" / "index.html"
