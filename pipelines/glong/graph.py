@@ -12,8 +12,13 @@
   ``turn_id``, ``session_id``, ``speaker``, ``episode_id`` and the serialised ``text``
   ("subject relation object").
 - A column store indexed by tid mirrors what retrieval reads for every candidate (the triplet-text
-  embedding, importance, last-accessed time, a hash of the text for de-duplication), so scoring
-  thousands of candidates is one vectorised numpy step.
+  embedding, importance, last-accessed time, a hash of the text for de-duplication, whether another
+  live triplet has the same text, the vids of both ends), so scoring thousands of candidates is one
+  vectorised numpy step.
+- An incidence index by vid: for each entity, the tids of its triplets (either direction, each
+  once), ascending, as a list (appends are cheap) with a cached int64 array of it (rebuilt on first
+  read after a change); gathering the h-hop candidates of the anchors is a concatenation of a few
+  arrays, not a walk over networkx's adjacency dicts.
 
 Deletion (by triplet, entity, session, turn or speaker) cascades to every structure: the edge,
 its column-store row (zeroed), its cached vectors in the embedder, and every entity node left
@@ -33,7 +38,6 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -106,6 +110,9 @@ class GraphMemoryBank:
         self.graph = nx.MultiDiGraph()
         self._index = None                   # the entity vector index, built on first add
         self._vid_node: dict[int, str] = {}  # vector-index id -> node key
+        self._inc: dict[int, list[int]] = {}  # vid -> tids touching the entity, ascending
+        self._inc_arr: dict[int, np.ndarray] = {}  # vid -> its list as int64 (a cache)
+        self._same_text: dict[int, list[int]] = {}  # text hash -> live tids with that text
         self._ends: dict[int, tuple[str, str]] = {}  # tid -> (subject key, object key)
         self._next_tid = 0
         self._next_vid = 0
@@ -114,21 +121,65 @@ class GraphMemoryBank:
 
     # --- column store ------------------------------------------------------------------------
     def _alloc(self, capacity: int, dim: int) -> None:
-        self._vec = np.zeros((capacity, dim), dtype=np.float32)   # (cap, D) triplet-text vectors
-        self._imp = np.zeros(capacity, dtype=np.float64)          # (cap,) importance
-        self._acc = np.zeros(capacity, dtype=np.float64)          # (cap,) last accessed, seconds
-        self._tkey = np.zeros(capacity, dtype=np.int64)           # (cap,) text hash
+        # One float32 row per tid holds everything retrieval reads of a candidate: the D vector
+        # components, then (8-byte aligned) four 8-byte slots: importance, last accessed
+        # (float64 seconds), text hash (int64), "another live triplet has this text" (0 / 1).
+        # Gathering C candidates is then one fancy-index copy of C contiguous rows.
+        self._meta_at = dim + dim % 2
+        self._rows = np.zeros((capacity, self._meta_at + 8), dtype=np.float32)  # (cap, D' + 8)
         self._alive = np.zeros(capacity, dtype=bool)              # (cap,) row holds a live triplet
+        self._src = np.full(capacity, -1, dtype=np.int64)         # (cap,) vid of the subject
+        self._dst = np.full(capacity, -1, dtype=np.int64)         # (cap,) vid of the object
+        self._bind(dim)
+
+    def _bind(self, dim: int) -> None:
+        """Named views of the packed rows (they share its memory)."""
+        meta = self._rows[:, self._meta_at:]
+        as_f64, as_i64 = meta.view(np.float64), meta.view(np.int64)          # (cap, 4) each
+        self._vec = self._rows[:, :dim]           # (cap, D) triplet-text vectors
+        self._imp = as_f64[:, 0]                  # (cap,) importance
+        self._acc = as_f64[:, 1]                  # (cap,) last accessed, seconds
+        self._tkey = as_i64[:, 2]                 # (cap,) text hash
+        self._dup = as_f64[:, 3]                  # (cap,) 1.0: another live row has the same text
+
+    def _columns_all(self) -> tuple[np.ndarray, ...]:
+        return self._rows, self._alive, self._src, self._dst
 
     def _grow(self, needed: int) -> None:
         cap = self._alive.shape[0]
         if needed <= cap:
             return
         new_cap = max(needed, 2 * cap, 64)
-        old = (self._vec, self._imp, self._acc, self._tkey, self._alive)
+        old = self._columns_all()
         self._alloc(new_cap, self.dim)
-        for new, prev in zip((self._vec, self._imp, self._acc, self._tkey, self._alive), old):
+        for new, prev in zip(self._columns_all(), old):
             new[:cap] = prev
+
+    # --- incidence index (vid -> tids) ---------------------------------------------------------
+    def _unlink(self, vid: int, tids: set[int]) -> None:
+        self._inc[vid] = [t for t in self._inc[vid] if t not in tids]
+        self._inc_arr.pop(vid, None)
+
+    def incident(self, vid: int) -> np.ndarray:
+        """The tids of the triplets touching entity ``vid`` (either direction), ascending."""
+        arr = self._inc_arr.get(vid)
+        if arr is None:
+            arr = self._inc_arr[vid] = np.array(self._inc[vid], dtype=np.int64)
+        return arr
+
+    def _mark_text(self, key: int, tid: int) -> None:
+        same = self._same_text.setdefault(key, [])
+        same.append(tid)
+        if len(same) > 1:
+            self._dup[same] = 1.0
+
+    def _unmark_text(self, key: int, tid: int) -> None:
+        same = self._same_text[key]
+        same.remove(tid)
+        if len(same) == 1:
+            self._dup[same[0]] = 0.0
+        elif not same:
+            del self._same_text[key]
 
     def _ensure_index(self, dim: int) -> None:
         if self._index is None:
@@ -154,10 +205,10 @@ class GraphMemoryBank:
         if not facts:
             return []
         texts = [f.triplet.serialise() for f in facts]
+        ends = [(entity_key(f.triplet.subject), entity_key(f.triplet.object)) for f in facts]
         new_nodes: dict[str, str] = {}                        # key -> surface form, first seen
-        for f in facts:
-            for name in (f.triplet.subject, f.triplet.object):
-                key = entity_key(name)
+        for f, pair in zip(facts, ends):
+            for name, key in zip((f.triplet.subject, f.triplet.object), pair):
                 if key not in self.graph and key not in new_nodes:
                     new_nodes[key] = " ".join(name.split())
         unique_texts = list(dict.fromkeys(texts))
@@ -172,11 +223,13 @@ class GraphMemoryBank:
             for vid, (key, name) in zip(vids.tolist(), new_nodes.items()):
                 self.graph.add_node(key, name=name, vid=vid)
                 self._vid_node[vid] = key
+                self._inc[vid] = []
             self._next_vid += len(new_nodes)
         tids = list(range(self._next_tid, self._next_tid + len(facts)))
         self._grow(tids[-1] + 1)
-        for tid, f, text in zip(tids, facts, texts):
-            u, v = entity_key(f.triplet.subject), entity_key(f.triplet.object)
+        nodes, inc = self.graph.nodes, self._inc
+        src, dst, keys = [], [], []
+        for tid, f, text, (u, v) in zip(tids, facts, texts, ends):
             self.graph.add_edge(u, v, key=tid, subject=f.triplet.subject,
                                 relation=f.triplet.relation, object=f.triplet.object, text=text,
                                 importance=float(f.importance), created=float(f.time),
@@ -184,9 +237,23 @@ class GraphMemoryBank:
                                 session_id=f.session_id, speaker=f.speaker,
                                 episode_id=f.episode_id)
             self._ends[tid] = (u, v)
-            self._vec[tid] = text_vecs[row_of[text]]
-            self._imp[tid], self._acc[tid] = float(f.importance), float(f.time)
-            self._tkey[tid], self._alive[tid] = text_key(text), True
+            su, sv = nodes[u]["vid"], nodes[v]["vid"]
+            src.append(su)
+            dst.append(sv)
+            inc[su].append(tid)
+            if sv != su:
+                inc[sv].append(tid)
+            key = text_key(text)
+            keys.append(key)
+            self._mark_text(key, tid)
+        for vid in set(src) | set(dst):
+            self._inc_arr.pop(vid, None)
+        span = slice(tids[0], tids[-1] + 1)
+        self._src[span], self._dst[span], self._tkey[span] = src, dst, keys
+        self._vec[span] = text_vecs[[row_of[t] for t in texts]]
+        self._imp[span] = [float(f.importance) for f in facts]
+        self._acc[span] = [float(f.time) for f in facts]
+        self._alive[span] = True
         self._next_tid += len(facts)
         return tids
 
@@ -203,7 +270,7 @@ class GraphMemoryBank:
 
     def fact(self, tid: int) -> StoredFact:
         u, v = self._ends[tid]
-        a = self.graph.edges[u, v, tid]
+        a = self.graph._succ[u][v][tid]          # the edge's attribute dict (no view wrappers)
         return StoredFact(tid=tid, subject=a["subject"], relation=a["relation"], object=a["object"],
                           text=a["text"], importance=a["importance"], created=a["created"],
                           last_accessed=a["last_accessed"], turn_id=a["turn_id"],
@@ -220,6 +287,13 @@ class GraphMemoryBank:
     def embed_query(self, text: str) -> np.ndarray:
         return np.asarray(self.embedder.embed([text]), dtype=np.float32)[0]      # (D,)
 
+    def nearest_vids(self, query_vec: np.ndarray, k: int) -> np.ndarray:
+        """Vids of the top-k entity nodes by cosine to ``query_vec`` (D,): the same set as
+        :meth:`nearest_entities`, in no particular order (the anchors of retrieval)."""
+        if self._index is None or len(self._index) == 0:
+            return np.zeros(0, dtype=np.int64)
+        return self._index.top_ids(query_vec, k)                              # (k,)
+
     def nearest_entities(self, query_vec: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Top-k entity nodes by cosine to ``query_vec`` (D,): [(node key, cosine)], best first."""
         if self._index is None or len(self._index) == 0:
@@ -233,31 +307,58 @@ class GraphMemoryBank:
         1 hop = every edge touching a node (either direction); h hops = every edge touching a node
         reachable from ``nodes`` in at most h - 1 undirected steps.
         """
-        # networkx's own adjacency dicts (succ[u][v] = {key: attrs}), read without its view
-        # wrappers: this loop is the hot path of every query.
-        succ, pred = self.graph._succ, self.graph._pred
-        reached = set(nodes)
-        frontier = set(reached)
+        node_attrs = self.graph.nodes
+        return self.tids_within([node_attrs[n]["vid"] for n in nodes], hops)
+
+    def tids_within(self, vids: Iterable[int] | np.ndarray, hops: int) -> np.ndarray:
+        """:meth:`edges_within` for entity vids: array work on the incidence index."""
+        reached = np.unique(np.asarray(vids, dtype=np.int64))                 # (R,)
+        frontier = reached
         for _ in range(hops - 1):
-            step = set()
-            for n in frontier:
-                step.update(succ[n])
-                step.update(pred[n])
-            frontier = step - reached
-            reached |= frontier
-        keydicts = chain.from_iterable(chain(succ[n].values(), pred[n].values()) for n in reached)
-        tids = np.fromiter(chain.from_iterable(keydicts), dtype=np.int64)
-        return np.unique(tids)
+            if frontier.size == 0:
+                break
+            tids = self._incident_to(frontier.tolist())                       # (T,)
+            ends = np.union1d(self._src[tids], self._dst[tids])              # (E,)
+            frontier = np.setdiff1d(ends, reached, assume_unique=True)
+            reached = np.union1d(reached, frontier)
+        return self._incident_to(reached.tolist())
+
+    def _incident_to(self, vids: list[int]) -> np.ndarray:
+        """The union of the incidence lists of distinct ``vids`` (ascending, int64)."""
+        if len(vids) == 1:                     # one list: already ascending and unique
+            return self.incident(vids[0]).copy()
+        if not vids:
+            return np.zeros(0, dtype=np.int64)
+        tids = np.concatenate([self.incident(v) for v in vids])
+        tids.sort()
+        keep = np.empty(tids.size, dtype=bool)   # drop repeats (edges between two of the vids)
+        keep[:1] = True
+        np.not_equal(tids[1:], tids[:-1], out=keep[1:])
+        return tids[keep]
 
     def columns(self, tids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(vectors (C, D), importance (C,), last_accessed (C,), text hashes (C,)) of ``tids``."""
         return self._vec[tids], self._imp[tids], self._acc[tids], self._tkey[tids]
 
+    def shares_text(self, tids: np.ndarray) -> np.ndarray:
+        """(C,) bool: whether another live triplet has the same serialised text as each tid."""
+        return self._dup[tids] != 0
+
+    def gather(self, tids: np.ndarray) -> tuple[np.ndarray, ...]:
+        """What retrieval reads of candidates ``tids`` (C,), from one copy of their packed rows:
+        (vectors (C, D), importance (C,), last_accessed (C,), text hashes (C,), shares_text (C,))."""
+        block = self._rows[tids]                                              # (C, D' + 8)
+        meta = block[:, self._meta_at:]
+        as_f64 = meta.view(np.float64)                                        # (C, 4)
+        return (block[:, :self.dim], as_f64[:, 0], as_f64[:, 1], meta.view(np.int64)[:, 2],
+                as_f64[:, 3] != 0)
+
     def touch(self, tids: Iterable[int], now: float) -> None:
         """Set the last-accessed time of ``tids`` to ``now`` (never moves a time backwards)."""
+        succ = self.graph._succ
         for tid in tids:
             u, v = self._ends[tid]
-            attrs = self.graph.edges[u, v, tid]
+            attrs = succ[u][v][tid]
             attrs["last_accessed"] = max(attrs["last_accessed"], float(now))
             self._acc[tid] = attrs["last_accessed"]
 
@@ -265,17 +366,24 @@ class GraphMemoryBank:
     def remove_triplets(self, tids: Iterable[int]) -> list[int]:
         """Remove the given triplets from every structure; drop entities left without edges."""
         removed, touched, texts = [], set(), []
+        unlink: dict[int, set[int]] = {}                  # vid -> its removed tids
         for tid in sorted(set(tids)):
             if tid not in self._ends:
                 continue
             u, v = self._ends.pop(tid)
             texts.append(self.graph.edges[u, v, tid]["text"])
             self.graph.remove_edge(u, v, key=tid)
+            for vid in {int(self._src[tid]), int(self._dst[tid])}:
+                unlink.setdefault(vid, set()).add(tid)
+            self._unmark_text(int(self._tkey[tid]), tid)
             self._vec[tid] = 0.0
             self._imp[tid] = self._acc[tid] = 0.0
-            self._tkey[tid], self._alive[tid] = 0, False
+            self._tkey[tid], self._alive[tid], self._dup[tid] = 0, False, 0.0
+            self._src[tid] = self._dst[tid] = -1
             touched.update((u, v))
             removed.append(tid)
+        for vid, gone in unlink.items():
+            self._unlink(vid, gone)
         orphans = [n for n in touched if self.graph.degree(n) == 0]
         self._drop_nodes(orphans)
         self._forget_texts(texts)
@@ -289,6 +397,8 @@ class GraphMemoryBank:
         self._index.remove(vids)
         for key, vid in zip(keys, vids.tolist()):
             del self._vid_node[vid]
+            self._inc.pop(vid, None)
+            self._inc_arr.pop(vid, None)
             self.graph.remove_node(key)
         self._forget_texts(names)
 
@@ -343,8 +453,10 @@ class GraphMemoryBank:
             errors.append(f"column-store rows {sorted(alive ^ set(self._ends))} disagree")
         dead = ~self._alive
         if self._vec[dead].any() or self._imp[dead].any() or self._acc[dead].any() \
-                or self._tkey[dead].any():
+                or self._tkey[dead].any() or self._dup[dead].any() \
+                or (self._src[dead] != -1).any() or (self._dst[dead] != -1).any():
             errors.append("a removed triplet left values in the column store")
+        errors += self._index_errors()
         isolated = [n for n in self.graph.nodes if self.graph.degree(n) == 0]
         if isolated:
             errors.append(f"entities without triplets: {isolated}")
@@ -356,6 +468,32 @@ class GraphMemoryBank:
             if index_ids != set(self._vid_node):
                 errors.append(f"vector index ids {sorted(index_ids ^ set(self._vid_node))} "
                               "disagree with the entity nodes")
+        return errors
+
+    def _index_errors(self) -> list[str]:
+        """Disagreements of the incidence index, the end vids and the same-text flags."""
+        errors = []
+        nodes = self.graph.nodes
+        expected: dict[int, set[int]] = {}
+        for u, v, tid in self.graph.edges(keys=True):
+            su, sv = nodes[u]["vid"], nodes[v]["vid"]
+            if (self._src[tid], self._dst[tid]) != (su, sv):
+                errors.append(f"triplet {tid}: stored end vids disagree with the graph")
+            expected.setdefault(su, set()).add(tid)
+            expected.setdefault(sv, set()).add(tid)
+        if set(self._inc) != set(expected) or not set(self._inc_arr) <= set(self._inc):
+            errors.append("the incidence index covers other entities than the graph")
+        for vid, tids in expected.items():
+            if self._inc.get(vid) != sorted(tids) or (
+                    vid in self._inc_arr and self._inc_arr[vid].tolist() != sorted(tids)):
+                errors.append(f"incidence list of entity {vid} disagrees with its edges")
+        by_text: dict[int, list[int]] = {}
+        for tid in sorted(self._ends):
+            by_text.setdefault(int(self._tkey[tid]), []).append(tid)
+        if {k: sorted(v) for k, v in self._same_text.items()} != by_text \
+                or any(bool(self._dup[t]) != (len(same) > 1)
+                       for same in by_text.values() for t in same):
+            errors.append("same-text flags disagree with the stored texts")
         return errors
 
     # --- persistence -------------------------------------------------------------------------
@@ -419,10 +557,17 @@ class GraphMemoryBank:
         bank._alloc(bank._next_tid, bank.dim)
         bank._vec[tids] = vectors
         bank._vid_node = {a["vid"]: n for n, a in bank.graph.nodes(data=True)}
-        for u, v, tid, a in bank.graph.edges(keys=True, data=True):
+        edges = sorted(bank.graph.edges(keys=True, data=True), key=lambda e: e[2])
+        for u, v, tid, a in edges:                   # tid order: incidence lists ascending
             bank._ends[tid] = (u, v)
             bank._imp[tid], bank._acc[tid] = a["importance"], a["last_accessed"]
             bank._tkey[tid], bank._alive[tid] = text_key(a["text"]), True
+            su, sv = bank.graph.nodes[u]["vid"], bank.graph.nodes[v]["vid"]
+            bank._src[tid], bank._dst[tid] = su, sv
+            bank._inc.setdefault(su, []).append(tid)
+            if sv != su:
+                bank._inc.setdefault(sv, []).append(tid)
+            bank._mark_text(int(bank._tkey[tid]), tid)
         errors = bank.integrity_errors()
         if errors:
             raise DataError("; ".join(errors), file=str(folder), rule="bank_consistent")

@@ -79,22 +79,27 @@ def retrieve(bank: GraphMemoryBank, utterance: str, now: float,
     if len(bank) == 0:
         return []
     query = bank.embed_query(utterance)                                      # (D,)
-    anchors = bank.nearest_entities(query, config.k_anchor)                  # step 1
-    tids = bank.edges_within([n for n, _ in anchors], config.hops)           # (C,) step 2
+    anchors = bank.nearest_vids(query, config.k_anchor)                      # (k,) step 1
+    tids = bank.tids_within(anchors, config.hops)                            # (C,) step 2
     if tids.size == 0:
         return []
-    vectors, importance, accessed, keys = bank.columns(tids)                 # (C, D), (C,) x 3
+    vectors, importance, accessed, keys, shared = bank.gather(tids)          # (C, D), (C,) x 4
     sim = vectors @ query                                                    # (C,) cosines
     score, recency = hybrid_scores(sim, importance, accessed, now, config)   # (C,), (C,)
     if config.dedupe:  # one representative per text: the best fine score (ties: older tid)
-        order = np.lexsort((tids, -score))
-        _, first = np.unique(keys[order], return_index=True)
-        keep = np.sort(order[first])                                         # back to tid order
-        tids, sim, score, recency = tids[keep], sim[keep], score[keep], recency[keep]
+        if shared.any():   # texts stored more than once; the rest are unique and stay as they are
+            rows = np.flatnonzero(shared)
+            order = rows[np.lexsort((tids[rows], -score[rows]))]
+            _, first = np.unique(keys[order], return_index=True)
+            keep = np.sort(np.concatenate([np.flatnonzero(~shared), order[first]]))  # tid order
+            tids, sim, score, recency = tids[keep], sim[keep], score[keep], recency[keep]
     n = config.coarse_n
     by_sim = _top(sim, max(n, depth))                                        # step 3 (coarse)
-    ranking = np.concatenate([tier[np.argsort(-score[tier], kind="stable")]  # step 4 (fine)
-                              for tier in np.split(by_sim, range(n, by_sim.size, n))])[:depth]
+    if by_sim.size <= n:                                                     # step 4 (fine)
+        ranking = by_sim[np.argsort(-score[by_sim], kind="stable")][:depth]
+    else:  # deeper than the coarse pool: tiers of N, each re-ranked
+        ranking = np.concatenate([tier[np.argsort(-score[tier], kind="stable")]
+                                  for tier in np.split(by_sim, range(n, by_sim.size, n))])[:depth]
     kept = [ScoredFact(bank.fact(int(tids[j])), float(score[j]), float(sim[j]), float(recency[j]))
             for j in ranking]
     if config.update_access:

@@ -69,3 +69,156 @@ def test_flat_is_exact_and_unknown_kind_raises():
     assert isinstance(make_index("flat", 3), FlatEntityIndex)
     with pytest.raises(ValueError, match="'flat' or 'hnsw'"):
         make_index("annoy", 3)
+
+
+# --- the exact index: a bf16 pre-filter, re-scored exactly ---------------------------------------
+
+def _flat_scores(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """float32 scores of a plain faiss IndexFlatIP scan of every vector (row order)."""
+    import faiss
+
+    plain = faiss.IndexFlatIP(vectors.shape[1])
+    plain.add(vectors)
+    scores, rows = plain.search(query.reshape(1, -1).astype(np.float32), len(vectors))
+    out = np.empty(len(vectors), dtype=np.float32)
+    out[rows[0]] = scores[0]
+    return out
+
+
+def _reference(vectors, ids, query, k):
+    """Top-k by a full float32 scan; equal scores: smaller id first."""
+    scores = _flat_scores(vectors, query)
+    order = np.lexsort((ids, -scores))[:k]
+    return ids[order], scores[order]
+
+
+def _random_case(rng, trial):
+    d, n = int(rng.integers(2, 40)), int(rng.integers(1, 300))
+    vecs = rng.normal(size=(n, d)).astype(np.float32)
+    if trial % 3 == 0:                                   # many exact duplicates: exact ties
+        vecs = vecs[rng.integers(0, max(1, n // 10), n)]
+    if trial % 5 == 0:                                   # sparse, integer-like: more ties
+        vecs = np.round(vecs)
+    if trial % 7 == 0:                                   # near-ties, closer than bf16 resolves
+        vecs = vecs + (1e-4 * rng.normal(size=vecs.shape)).astype(np.float32)
+    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(vecs, dtype=np.float32), rng.permutation(10 * n)[:n].astype(np.int64)
+
+
+def test_flat_equals_a_full_float32_scan_on_random_data():
+    """Inserts in batches, deletions, exact ties, near-ties, zero and unnormalised queries: the
+    ids and the (bit-identical float32) scores of a full scan, ties to the smaller id."""
+    rng = np.random.default_rng(7)
+    for trial in range(150):
+        vecs, ids = _random_case(rng, trial)
+        index = FlatEntityIndex(vecs.shape[1])
+        for part in np.array_split(np.arange(len(ids)), 3):
+            index.add(ids[part], vecs[part])
+        if trial % 2:
+            gone = rng.choice(ids, len(ids) // 3, replace=False)
+            index.remove(gone)
+            keep = ~np.isin(ids, gone)
+            vecs, ids = vecs[keep], ids[keep]
+        assert len(index) == len(ids) and index.ids() == set(ids.tolist())
+        for _ in range(4):
+            if len(ids) and rng.random() < 0.5:
+                query = vecs[rng.integers(0, len(ids))]
+            else:
+                query = rng.normal(size=vecs.shape[1]).astype(np.float32)
+            if rng.random() < 0.1:
+                query = np.zeros(vecs.shape[1], np.float32)
+            k = int(rng.integers(1, 12))
+            got_ids, got_scores = index.search(query, k)
+            if not len(ids):
+                assert got_ids.size == 0
+                continue
+            want_ids, want_scores = _reference(vecs, ids, query, k)
+            assert got_ids.tolist() == want_ids.tolist()
+            np.testing.assert_array_equal(got_scores, want_scores)
+
+
+def test_flat_matches_faiss_flat_search_without_ties():
+    """Where no two scores tie, the result is exactly a faiss IndexIDMap2(IndexFlatIP) search."""
+    import faiss
+
+    rng = np.random.default_rng(3)
+    vecs = rng.normal(size=(3000, 64)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = np.arange(3000, dtype=np.int64) * 3
+    index = FlatEntityIndex(64)
+    index.add(ids, vecs)
+    plain = faiss.IndexIDMap2(faiss.IndexFlatIP(64))
+    plain.add_with_ids(vecs, ids)
+    for i in range(50):
+        query = vecs[i] + 0.5 * rng.normal(size=64).astype(np.float32) / 8
+        want_scores, want_ids = plain.search(query.reshape(1, -1).astype(np.float32), 5)
+        got_ids, got_scores = index.search(query, 5)
+        assert got_ids.tolist() == want_ids[0].tolist()
+        np.testing.assert_array_equal(got_scores, want_scores[0])
+
+
+def test_flat_range_fallback_when_the_pool_is_too_small():
+    """500 near-copies of one vector (closer than bf16 can tell apart) and k = 3: the first pool
+    (k + 16 rows) cannot prove it holds the top-3, so the index widens it and is still exact."""
+    rng = np.random.default_rng(5)
+    base = rng.normal(size=32).astype(np.float32)
+    vecs = base + (1e-5 * rng.normal(size=(500, 32))).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = np.arange(500, dtype=np.int64)
+    index = FlatEntityIndex(32)
+    index.add(ids, vecs)
+    query = (base / np.linalg.norm(base)).astype(np.float32)
+    got_ids, got_scores = index.search(query, 3)
+    want_ids, want_scores = _reference(vecs, ids, query, 3)
+    assert got_ids.tolist() == want_ids.tolist()
+    np.testing.assert_array_equal(got_scores, want_scores)
+
+
+def test_flat_removal_leaves_nothing_behind_and_keeps_the_bound_valid():
+    rng = np.random.default_rng(11)
+    vecs = rng.normal(size=(40, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index = FlatEntityIndex(16)
+    index.add(np.arange(40), vecs)
+    index.remove(np.arange(0, 40, 2))
+    n = len(index)
+    assert n == 20 and index._codes.ntotal == 20
+    assert not index._vec[n:].any() and not index._ids[n:].any()        # zeroed, not hidden
+    np.testing.assert_array_equal(index._vec[:n], vecs[1::2])             # order kept
+    decoded = index._codes.sa_decode(index._codes.sa_encode(index._vec[:n]))
+    stored = index._codes.sa_decode(
+        __import__("faiss").vector_to_array(index._codes.codes).reshape(n, -1))
+    np.testing.assert_array_equal(stored, decoded)                       # pre-filter rows agree
+    assert index._err_max >= np.linalg.norm(index._vec[:n] - decoded, axis=1).max()
+    index.remove(np.arange(40))
+    assert len(index) == 0 and index._err_max == 0.0
+    assert index.search(vecs[0], 3)[0].size == 0
+
+
+def test_flat_saves_a_plain_faiss_flat_index(tmp_path):
+    """The file is still an IndexIDMap2 over IndexFlatIP (banks saved before load unchanged)."""
+    import faiss
+
+    index = make_index("flat", 4)
+    index.add(IDS, VECS)
+    index.remove(np.array([20]))
+    index.save(tmp_path / "e.faiss")
+    raw = faiss.read_index(str(tmp_path / "e.faiss"))
+    assert raw.ntotal == 3 and sorted(faiss.vector_to_array(raw.id_map).tolist()) == [10, 30, 40]
+    scores, ids = raw.search(QUERY.reshape(1, -1), 1)
+    assert ids[0].tolist() == [10] and abs(scores[0][0] - 0.8) < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_top_ids_is_the_set_of_search(kind):
+    """``top_ids`` (anchor selection) is the set of ``search``'s ids, with or without ties."""
+    rng = np.random.default_rng(13)
+    for trial in range(60):
+        vecs, ids = _random_case(rng, trial)
+        index = make_index(kind, vecs.shape[1])
+        index.add(ids, vecs)
+        for _ in range(4):
+            query = rng.normal(size=vecs.shape[1]).astype(np.float32)
+            k = int(rng.integers(1, 8))
+            assert sorted(index.top_ids(query, k).tolist()) == \
+                sorted(index.search(query, k)[0].tolist())
