@@ -1,8 +1,8 @@
 """Vector indexes of entity embeddings for the graph memory bank (G-Long, seed 003, section 3.3).
 
-Both hold L2-normalised vectors under integer ids and answer top-k by inner product (= cosine):
+Each holds L2-normalised vectors under integer ids and answers top-k by inner product (= cosine):
 
-- ``flat``: exact search, O(N d) per query; removal deletes the vectors at once. The default.
+- ``flat``: exact search, O(N d) per query; removal deletes the vectors at once.
   A faiss scan of a bfloat16 copy of the vectors (half the memory traffic of float32; the scan
   is memory-bound) picks a pool that provably holds the exact top-k, and the pool is re-scored
   exactly: the same results as a float32 scan of every vector (see :class:`FlatEntityIndex`),
@@ -13,20 +13,22 @@ Both hold L2-normalised vectors under integer ids and answer top-k by inner prod
   very large memories. hnswlib only *marks* deleted items, which would leave their vectors in
   memory and in saved files, so removal rebuilds the index from the remaining vectors: a deleted
   entity is gone from the index, not hidden (rebuilding costs O(N log N); deletions are rare).
+- ``auto`` (the default): ``flat`` up to 10,000 entities, ``hnsw`` beyond (:class:`AutoEntityIndex`).
 
 Single queries run on one thread: thread start-up costs more than it saves for one vector.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-IndexKind = Literal["flat", "hnsw"]
-FILE_NAMES = {"flat": "entities.faiss", "hnsw": "entities.hnsw"}
+IndexKind = Literal["auto", "flat", "hnsw"]
+FILE_NAMES = {"flat": "entities.faiss", "hnsw": "entities.hnsw", "auto": "entities.auto"}
 
 
 class FlatEntityIndex:
@@ -189,6 +191,10 @@ class FlatEntityIndex:
     def ids(self) -> set[int]:
         return set(self._ids[:self._n].tolist())
 
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids (N,) int64, vectors (N, D) float32) of every entry, in insertion order."""
+        return self._ids[:self._n].copy(), self._vec[:self._n].copy()
+
     def save(self, path: Path) -> None:
         import faiss
 
@@ -260,6 +266,13 @@ class HNSWEntityIndex:
     def ids(self) -> set[int]:
         return set(int(i) for i in self._index.get_ids_list())
 
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids (N,) int64 ascending, vectors (N, D) float32) of every entry."""
+        ids = sorted(self._index.get_ids_list())
+        if not ids:
+            return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+        return np.asarray(ids, dtype=np.int64), np.asarray(self._index.get_items(ids), np.float32)
+
     def save(self, path: Path) -> None:
         self._index.save_index(str(path))
 
@@ -277,13 +290,93 @@ class HNSWEntityIndex:
         return out
 
 
+class AutoEntityIndex:
+    """Exact while small, HNSW when large: a :class:`FlatEntityIndex` up to ``threshold`` entries,
+    rebuilt as an :class:`HNSWEntityIndex` from its vectors once it holds more, and back to exact
+    when deletions bring it under ``threshold // 2`` (the gap keeps a memory near the threshold
+    from rebuilding at every turn).
+
+    Why: the exact scan is linear in the number of entities; up to 10,000 of them it answers in
+    about half a millisecond on one core (benchmarks/graph_retrieval.py), beyond that HNSW's
+    logarithmic search, with ChromaDB's parameters, costs less at the same agreement with exact
+    search as ChromaDB itself. A conversation memory (hundreds to a few thousand entities) thus
+    stays exact. Saved as ``entities.auto`` (JSON: the kind in use and the threshold) beside the
+    inner index's own file.
+    """
+
+    kind = "auto"
+    THRESHOLD = 10_000
+
+    def __init__(self, dim: int, threshold: int = THRESHOLD, inner=None):
+        if threshold < 2:
+            raise ValueError(f"threshold must be at least 2, got {threshold!r}")
+        self.dim, self.threshold = dim, threshold
+        self._inner = inner if inner is not None else FlatEntityIndex(dim)
+
+    @property
+    def active(self) -> str:
+        """The kind answering queries now: "flat" or "hnsw"."""
+        return self._inner.kind
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def _rebuild(self, kind: str) -> None:
+        ids, vectors = self._inner.items()
+        self._inner = make_index(kind, self.dim)
+        if ids.size:
+            self._inner.add(ids, vectors)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        self._inner.add(ids, vectors)
+        if self.active == "flat" and len(self) > self.threshold:
+            self._rebuild("hnsw")
+
+    def remove(self, ids: np.ndarray) -> None:
+        self._inner.remove(ids)
+        if self.active == "hnsw" and len(self) < self.threshold // 2:
+            self._rebuild("flat")
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._inner.search(query, k)
+
+    def top_ids(self, query: np.ndarray, k: int) -> np.ndarray:
+        return self._inner.top_ids(query, k)
+
+    def ids(self) -> set[int]:
+        return self._inner.ids()
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._inner.items()
+
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        self._inner.save(path.parent / FILE_NAMES[self.active])
+        other = "hnsw" if self.active == "flat" else "flat"
+        (path.parent / FILE_NAMES[other]).unlink(missing_ok=True)  # a stale file of the other kind
+        path.write_text(json.dumps({"active": self.active, "threshold": self.threshold}),
+                        encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path, dim: int) -> "AutoEntityIndex":
+        path = Path(path)
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        inner = load_index(meta["active"], path.parent / FILE_NAMES[meta["active"]], dim)
+        return cls(dim, int(meta["threshold"]), inner)
+
+
 def make_index(kind: IndexKind, dim: int):
     if kind == "flat":
         return FlatEntityIndex(dim)
     if kind == "hnsw":
         return HNSWEntityIndex(dim)
-    raise ValueError(f"entity index must be 'flat' or 'hnsw', got {kind!r}")
+    if kind == "auto":
+        return AutoEntityIndex(dim)
+    raise ValueError(f"entity index must be 'auto', 'flat' or 'hnsw', got {kind!r}")
 
 
 def load_index(kind: IndexKind, path: Path, dim: int):
-    return (FlatEntityIndex if kind == "flat" else HNSWEntityIndex).load(path, dim)
+    classes = {"flat": FlatEntityIndex, "hnsw": HNSWEntityIndex, "auto": AutoEntityIndex}
+    if kind not in classes:
+        raise ValueError(f"entity index must be 'auto', 'flat' or 'hnsw', got {kind!r}")
+    return classes[kind].load(path, dim)

@@ -3,8 +3,8 @@
 - Nodes V: unique entities (subjects and objects), keyed by their normalised text (whitespace
   collapsed, case-folded); each node keeps its first-seen surface form (``name``) and an integer
   ``vid``, its id in a dense vector index of entity embeddings (L2-normalised, so inner product =
-  cosine): exact faiss ``IndexFlatIP`` by default, or hnswlib HNSW for very large memories
-  (:mod:`.entity_index`). The paper used ChromaDB; ``benchmarks/graph_retrieval.py`` compares.
+  cosine): exact search up to 10,000 entities and hnswlib HNSW beyond by default, or either
+  always (:mod:`.entity_index`). The paper used ChromaDB; ``benchmarks/graph_retrieval.py`` compares.
 - Edges E: a networkx MultiDiGraph (several relations may join the same two entities); each edge
   is one stored triplet, keyed by an integer triplet id ``tid`` that is never reused, carrying the
   attribute-rich container of the paper, e_ij = (r, I, t_created, t_access), plus its provenance:
@@ -102,11 +102,11 @@ class StoredFact:
 class GraphMemoryBank:
     """Entities in a vector index, triplets as attribute-rich edges of a MultiDiGraph."""
 
-    def __init__(self, embedder, entity_index: IndexKind = "flat"):
+    def __init__(self, embedder, entity_index: IndexKind = "auto"):
         if entity_index not in FILE_NAMES:
-            raise ValueError(f"entity_index must be 'flat' or 'hnsw', got {entity_index!r}")
+            raise ValueError(f"entity_index must be 'auto', 'flat' or 'hnsw', got {entity_index!r}")
         self.embedder = embedder             # has embed(texts) -> (N, D) normalised, forget(texts)
-        self.index_kind = entity_index       # "flat" (exact faiss) or "hnsw" (hnswlib)
+        self.index_kind = entity_index       # "auto", "flat" (exact) or "hnsw" (hnswlib)
         self.graph = nx.MultiDiGraph()
         self._index = None                   # the entity vector index, built on first add
         self._vid_node: dict[int, str] = {}  # vector-index id -> node key

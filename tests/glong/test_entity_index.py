@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.glong.entity_index import (FILE_NAMES, FlatEntityIndex, HNSWEntityIndex,
-                                          load_index, make_index)
+from pipelines.glong.entity_index import (FILE_NAMES, AutoEntityIndex, FlatEntityIndex,
+                                          HNSWEntityIndex, load_index, make_index)
 
 # Four orthonormal directions and a query at cosines 0.8, 0.6, 0, 0 with them.
 VECS = np.eye(4, dtype=np.float32)
@@ -14,7 +14,7 @@ IDS = np.array([10, 20, 30, 40], dtype=np.int64)
 QUERY = np.array([0.8, 0.6, 0.0, 0.0], dtype=np.float32)
 
 
-@pytest.fixture(params=["flat", "hnsw"])
+@pytest.fixture(params=["auto", "flat", "hnsw"])
 def index(request):
     idx = make_index(request.param, 4)
     idx.add(IDS, VECS)
@@ -67,7 +67,7 @@ def test_hnsw_grows_and_rebuild_drops_deleted_vectors():
 
 def test_flat_is_exact_and_unknown_kind_raises():
     assert isinstance(make_index("flat", 3), FlatEntityIndex)
-    with pytest.raises(ValueError, match="'flat' or 'hnsw'"):
+    with pytest.raises(ValueError, match="'auto', 'flat' or 'hnsw'"):
         make_index("annoy", 3)
 
 
@@ -209,7 +209,7 @@ def test_flat_saves_a_plain_faiss_flat_index(tmp_path):
     assert ids[0].tolist() == [10] and abs(scores[0][0] - 0.8) < 1e-6
 
 
-@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+@pytest.mark.parametrize("kind", ["auto", "flat", "hnsw"])
 def test_top_ids_is_the_set_of_search(kind):
     """``top_ids`` (anchor selection) is the set of ``search``'s ids, with or without ties."""
     rng = np.random.default_rng(13)
@@ -222,3 +222,31 @@ def test_top_ids_is_the_set_of_search(kind):
             k = int(rng.integers(1, 8))
             assert sorted(index.top_ids(query, k).tolist()) == \
                 sorted(index.search(query, k)[0].tolist())
+
+
+def test_auto_is_exact_while_small_then_hnsw_and_back(tmp_path):
+    """Flat up to the threshold, rebuilt as HNSW above it (same entries, searchable), back to flat
+    under half the threshold; saved and loaded as the kind in use."""
+    rng = np.random.default_rng(5)
+    vecs = rng.normal(size=(40, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = np.arange(40, dtype=np.int64) * 2
+    index = AutoEntityIndex(16, threshold=20)
+    index.add(ids[:20], vecs[:20])
+    assert index.active == "flat" and len(index) == 20
+    want = FlatEntityIndex(16)
+    want.add(ids[:20], vecs[:20])
+    assert index.search(vecs[3], 4)[0].tolist() == want.search(vecs[3], 4)[0].tolist()
+    index.add(ids[20:], vecs[20:])                                     # 40 > 20: HNSW
+    assert index.active == "hnsw" and index.ids() == set(ids.tolist())
+    got_ids, got_vecs = index.items()
+    np.testing.assert_allclose(got_vecs[np.argsort(got_ids)], vecs, atol=1e-6)
+    assert index.search(vecs[30], 1)[0].tolist() == [60]
+    index.save(tmp_path / FILE_NAMES["auto"])
+    again = load_index("auto", tmp_path / FILE_NAMES["auto"], 16)
+    assert again.active == "hnsw" and again.threshold == 20 and again.ids() == index.ids()
+    index.remove(ids[:35])                                             # 5 < 10: exact again
+    assert index.active == "flat" and index.ids() == set(ids[35:].tolist())
+    assert index.search(vecs[36], 1)[0].tolist() == [72]
+    index.save(tmp_path / FILE_NAMES["auto"])                          # no stale HNSW file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entities.auto", "entities.faiss"]

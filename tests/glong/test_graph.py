@@ -41,7 +41,7 @@ def facts(rows=ROWS):
             for s, r, o, i, h, t, sid, sp in rows]
 
 
-@pytest.fixture(params=["flat", "hnsw"])
+@pytest.fixture(params=["auto", "flat", "hnsw"])
 def bank(request):
     b = GraphMemoryBank(RecordingEmbedder(HashingEmbedder(64)), entity_index=request.param)
     assert b.add(facts()) == list(range(10))
@@ -102,9 +102,10 @@ def test_save_and_load_identical(bank, tmp_path):
         retrieve(bank, q, NOW, RetrievalConfig())
     before = [retrieve(bank, q, NOW + H, WIDE) for q in probes]
     bank.save(tmp_path / "bank")
-    assert sorted(p.name for p in (tmp_path / "bank").iterdir()) == [
-        f"entities.{'faiss' if bank.index_kind == 'flat' else 'hnsw'}", "graph.json",
-        "triplet_ids.npy", "triplet_vectors.npy"]
+    index_files = {"auto": ["entities.auto", "entities.faiss"], "flat": ["entities.faiss"],
+                   "hnsw": ["entities.hnsw"]}[bank.index_kind]
+    assert sorted(p.name for p in (tmp_path / "bank").iterdir()) == sorted(
+        index_files + ["graph.json", "triplet_ids.npy", "triplet_vectors.npy"])
     loaded = GraphMemoryBank.load(tmp_path / "bank", HashingEmbedder(64))
     assert loaded.index_kind == bank.index_kind
     assert loaded.facts() == bank.facts()

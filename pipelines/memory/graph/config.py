@@ -26,7 +26,7 @@ class GraphConfig(StrategyConfig):
     model_path: str | None = None  # local sentence-transformers dir; None: the shipped MiniLM
     hashing_dim: int = 256         # vector size of the hashing embedder
     cache_dir: str | None = DEFAULT_CACHE_DIR  # on-disk embedding cache (MiniLM); None: none
-    entity_index: Literal["flat", "hnsw"] = "flat"  # exact faiss scan, or hnswlib (huge memories)
+    entity_index: Literal["auto", "flat", "hnsw"] = "auto"  # exact up to 10k entities, then HNSW
     device: str = "cpu"            # torch device of the encoder and the summariser
     k_anchor: int = 5              # anchor entities per query (section 3.4, step 1)
     hops: int = 1                  # subgraph expansion depth h (paper: 1)
@@ -43,7 +43,7 @@ class GraphConfig(StrategyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         choices = {"extraction": ("ground_truth", "model"), "importance": ("uniform", "model"),
-                   "embedder": ("minilm", "hashing"), "entity_index": ("flat", "hnsw")}
+                   "embedder": ("minilm", "hashing"), "entity_index": ("auto", "flat", "hnsw")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"graph.{name} must be one of {list(allowed)}, got "

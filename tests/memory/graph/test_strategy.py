@@ -60,7 +60,7 @@ def memory():
 
 def test_registered_and_configured(memory):
     assert STRATEGIES["graph"] is GraphMemory and isinstance(memory, GraphMemory)
-    assert memory.bank.index_kind == "flat"
+    assert memory.bank.index_kind == "auto"
     assert build_strategy("graph", entity_index="hnsw", **SETTINGS).bank.index_kind == "hnsw"
     assert len(memory) == 6 and memory.bank.n_entities == 9
     assert [f.importance for f in memory.bank.facts()] == [1.0] * 6        # importance "uniform"
