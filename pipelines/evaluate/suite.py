@@ -17,6 +17,7 @@ A suite file (``pipelines/evaluate/suites/<name>.yaml``, or any path) holds::
     budget_tokens: 1024          # context(query, budget) of every strategy
     corpus: all                  # all turns, or main_speaker: only the main speaker's turns are indexed
     session_scoring: dedup       # dedup, or longmemeval (official turn2session from the turn ranking)
+    queries: source              # source (the data's own questions), or memory_tags (see below)
     reference: {...}             # published numbers printed beside ours (see below)
     generation: []               # response generation scored on the suite's own data: [mdr] or []
     max_generation_examples: 200 # (Q, R) rounds generated for, evenly spaced over the data (null: all)
@@ -39,6 +40,12 @@ ValidationFailed naming the file, record and rule; nothing is benchmarked on bad
 ``corpus: main_speaker`` the other speakers' turns are removed before the protocol runs, as
 LongMemEval's official retrieval code indexes user turns only; a query's turn evidence keeps
 its main-speaker turns, and its session evidence becomes the sessions of those turns.
+
+``queries: memory_tags`` (MiSC, which has no questions) makes the queries from the memory tags
+instead (:func:`memory_tag_queries`): each main-speaker utterance tagged with memories of earlier
+sessions asks, from the dialogue of its session before it, for those memories, as EMMA's retriever
+is trained and evaluated (seed 000, section 4.2); evidence: the tagged memories and the sessions
+that listed them.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from pipelines.data.schema import Episode
+from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -58,6 +65,7 @@ RETRIEVAL_METRICS = ("recall", "recall_any", "recall_all", "ndcg_any", "mrr")
 SPLITS = ("train", "valid", "test", "all")
 CORPORA = ("all", "main_speaker")
 SESSION_SCORING = ("dedup", "longmemeval")
+QUERY_SOURCES = ("source", "memory_tags")
 GENERATORS = ("mdr",)  # response generators a suite can score (``generation``)
 
 
@@ -80,6 +88,7 @@ class Suite:
     budget_tokens: int = 1024
     corpus: str = "all"
     session_scoring: str = "dedup"
+    queries: str = "source"
     reference: dict[str, Any] = field(default_factory=dict)
     generation: tuple[str, ...] = ()
     max_generation_examples: int | None = 200
@@ -127,6 +136,8 @@ class Suite:
             raise bad("corpus", f"must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
         if self.session_scoring not in SESSION_SCORING:
             raise bad("session_scoring", f"must be one of {', '.join(SESSION_SCORING)}, got {self.session_scoring!r}")
+        if self.queries not in QUERY_SOURCES:
+            raise bad("queries", f"must be one of {', '.join(QUERY_SOURCES)}, got {self.queries!r}")
         if not isinstance(self.synthetic, dict) or not isinstance(self.reference, dict):
             raise bad("synthetic/reference", "must be mappings")
         settings = self.strategy_settings
@@ -167,7 +178,8 @@ class Suite:
     def header(self) -> dict[str, Any]:
         """What identifies the scoring of this suite: logged as params and printed in the report."""
         return {"suite": self.name, "version": self.version, "source": self.source, "split": self.split,
-                "corpus": self.corpus, "session_scoring": self.session_scoring, "ks": list(self.ks),
+                "corpus": self.corpus, "session_scoring": self.session_scoring, "queries": self.queries,
+                "ks": list(self.ks),
                 "budget_tokens": self.budget_tokens,
                 **({"generation": list(self.generation), "max_generation_examples": self.max_generation_examples}
                    if self.generation else {})}
@@ -234,6 +246,8 @@ def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
         episodes = episodes[: suite.max_episodes]
     if not episodes:
         raise ConfigError(f"suite {suite.name!r}: no episode in split {suite.split!r} of {path or 'the generator'}.")
+    if suite.queries == "memory_tags":
+        episodes = [memory_tag_queries(e) for e in episodes]
     if suite.corpus == "main_speaker":
         episodes = [main_speaker_corpus(e) for e in episodes]
     return episodes
@@ -289,6 +303,36 @@ def main_speaker_corpus(episode: Episode) -> Episode:
             q = q.model_copy(update={"evidence_turns": ev, "evidence_sessions": sess})
         queries.append(q)
     return episode.model_copy(update={"sessions": sessions, "queries": queries})
+
+
+def memory_tag_queries(episode: Episode) -> Episode:
+    """The episode with one query per main-speaker utterance tagged with earlier memories.
+
+    For the turn at position i of session s whose ``memory_tags`` name memories listed in sessions
+    before s: question = the turns 0..i-1 of s as "Speaker: text" lines (the dialogue context EMMA's
+    retriever reads), answer = the tagged utterance, evidence_memories = those tags,
+    evidence_sessions = the sessions that listed them, asked in s (so answered from the memory of
+    the sessions before s only). Tags of memories written in s itself or later are not evidence; a
+    turn left with none, or opening its session (no context), asks nothing. The episode's own
+    queries are replaced.
+    """
+    listed_in = {m.id: s.id for s in episode.sessions for m in s.memories}
+    order = {s.id: pos for pos, s in enumerate(episode.sessions)}
+    queries = []
+    for pos, session in enumerate(episode.sessions):
+        for i, turn in enumerate(session.turns):
+            if turn.speaker != episode.main_speaker or not turn.memory_tags or i == 0:
+                continue
+            tags = [m for m in dict.fromkeys(turn.memory_tags)
+                    if m in listed_in and order[listed_in[m]] < pos]
+            if not tags:
+                continue
+            context = "\n".join(f"{t.speaker}: {t.text}" for t in session.turns[:i])
+            queries.append(Query(id=f"{turn.id}:memory_tags", session_id=session.id, question=context,
+                                 answer=turn.text, evidence_memories=tags,
+                                 evidence_sessions=list(dict.fromkeys(listed_in[m] for m in tags)),
+                                 category="memory_tag", timestamp=session.timestamp))
+    return episode.model_copy(update={"queries": queries})
 
 
 def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "models",

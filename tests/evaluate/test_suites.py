@@ -8,14 +8,15 @@ import pytest
 
 from pipelines.errors import ConfigError, ValidationFailed
 from pipelines.evaluate.report import evaluate_suite
-from pipelines.evaluate.suite import list_suites, load_suite, main_speaker_corpus, suite_episodes
+from pipelines.evaluate.suite import (list_suites, load_suite, main_speaker_corpus, memory_tag_queries,
+                                      suite_episodes)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "loaders" / "fixtures"
 DATA = {"locomo": FIXTURES / "locomo10_fixture.json", "longmemeval_s": FIXTURES / "longmemeval_s_fixture.json",
         "longmemeval_m": FIXTURES / "longmemeval_s_fixture.json",
         "longmemeval_oracle": FIXTURES / "longmemeval_s_fixture.json", "realmem": FIXTURES / "realmem",
         "msc": FIXTURES / "msc" / "test.jsonl", "cc": FIXTURES / "cc" / "test.jsonl",
-        "misc": FIXTURES / "misc" / "val.jsonl", "convai2": FIXTURES / "convai2" / "valid_self_original.txt"}
+        "misc": Path(__file__).parent / "fixtures" / "misc" / "test.jsonl", "convai2": FIXTURES / "convai2" / "valid_self_original.txt"}
 BASELINES = {"no_history", "long_context", "bm25", "dense", "hybrid"}
 
 
@@ -29,10 +30,6 @@ def test_suite_runs_on_its_published_format(name, tmp_path):
     assert suite.version >= 1 and BASELINES <= set(suite.strategies)
     for system, row in suite.reference.get("rows", {}).items():
         assert row and all(isinstance(v, (int, float)) for v in row.values()), system
-    if name == "misc":  # the loader fixture has 3 sessions: MiSC's blocking rules stop the benchmark
-        with pytest.raises(ValidationFailed, match="misc_six_sessions"):
-            suite_episodes(suite, DATA[name])
-        return
     episodes = suite_episodes(suite, DATA[name])
     assert episodes
     cheap = suite.with_overrides(strategies=("no_history", "bm25"), generation=[])
@@ -81,3 +78,48 @@ def test_bad_suite_files_name_the_file_and_key(tmp_path, text, match):
     with pytest.raises(ConfigError, match=match) as err:
         load_suite(path)
     assert str(path) in str(err.value)
+
+
+def test_misc_loader_fixture_stops_on_miscs_filters():
+    """The loader fixture has 3 sessions per episode: MiSC's blocking rules stop the benchmark."""
+    with pytest.raises(ValidationFailed, match="misc_six_sessions"):
+        suite_episodes(load_suite("misc"), FIXTURES / "misc" / "val.jsonl")
+
+
+def test_misc_queries_come_from_memory_tags():
+    """tests/evaluate/fixtures/misc/test.jsonl: two six-session MiSC episodes whose main speaker
+    tags one utterance per session from session 2 on; every tag names an earlier memory."""
+    episodes = suite_episodes(load_suite("misc"), DATA["misc"])
+    alice = episodes[0]
+    assert [len(e.queries) for e in episodes] == [5, 5]
+    sid = [s.id for s in alice.sessions]
+    mem = {m.text: m.id for s in alice.sessions for m in s.memories}
+    first, last = alice.queries[0], alice.queries[-1]
+    assert first.session_id == sid[1] and first.question == "Carol: How is my son Bob doing in class these days?"
+    assert first.answer == "He struggles with algebra, so we meet on Mondays."
+    assert first.evidence_memories == [mem["Alice offered Bob extra algebra lessons on Monday."],
+                                       mem["Bob struggles with algebra this term."]]
+    assert first.evidence_sessions == [sid[0]]
+    assert last.session_id == sid[5]
+    assert last.evidence_memories == [mem["Dan asked Alice about students at risk."], mem["Bob passed the algebra quiz."]]
+    assert last.evidence_sessions == [sid[2], sid[3]]
+    # the memory strategy is scored at memory granularity, every strategy at session granularity
+    run = evaluate_suite(load_suite("misc").with_overrides(strategies=("no_history", "bm25"), generation=[]),
+                         episodes, show_progress=False)
+    bm25, nothing = run.metrics()["bm25"], run.metrics()["no_history"]
+    assert bm25["queries"] == nothing["queries"] == 10 and nothing["session/mrr"] == 0.0
+    assert bm25["session/recall_all@10"] == 1.0 and bm25["session/mrr"] > 0.5   # lexical overlap finds them
+
+
+def test_memory_tag_queries_skip_tags_of_the_same_session_and_opening_turns():
+    episode = suite_episodes(load_suite("misc"), DATA["misc"])[0]
+    s2 = episode.sessions[1]
+    own = s2.memories[0].id                               # written in session 2 itself
+    turns = list(s2.turns)
+    turns[1] = turns[1].model_copy(update={"memory_tags": [own]})
+    turns[0] = turns[0].model_copy(update={"speaker": episode.main_speaker,
+                                           "memory_tags": [episode.sessions[0].memories[0].id]})
+    sessions = list(episode.sessions)
+    sessions[1] = s2.model_copy(update={"turns": turns})
+    out = memory_tag_queries(episode.model_copy(update={"sessions": sessions}))
+    assert all(q.session_id != s2.id for q in out.queries) and len(out.queries) == 4
