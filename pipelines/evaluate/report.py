@@ -116,13 +116,30 @@ def granularity_tables(results: dict[str, ProtocolResult], ks: Sequence[int],
     return tables
 
 
-def breakdown_table(results: dict[str, ProtocolResult], by: str, granularity: str, metric: str) -> str | None:
-    """Strategies x groups (``by`` = "per_category" | "per_session") of one metric."""
+def category_names(source: str) -> dict[str, str]:
+    """The published names of a source's category codes (its loader's ``CATEGORY_NAMES``, e.g.
+    LoCoMo's "2" -> "temporal"); {} when the source has none."""
+    import sys
+
+    from pipelines.data.loaders import LOADERS
+
+    loader = LOADERS.get(source)
+    return dict(getattr(sys.modules.get(getattr(loader, "__module__", ""), None), "CATEGORY_NAMES", {}))
+
+
+def breakdown_table(results: dict[str, ProtocolResult], by: str, granularity: str, metric: str,
+                    names: dict[str, str] | None = None) -> str | None:
+    """Strategies x groups (``by`` = "per_category" | "per_session") of one metric; ``names``
+    labels category codes ("2" -> "2 (temporal)")."""
     rows: dict[str, dict[str, float]] = {}
     groups: list[str] = []
+    names = names or {}
     for name, result in results.items():
         for group, agg in result.aggregate()[by].items():
-            label = str(group) if by == "per_category" else f"session {group + 1}"
+            if by == "per_category":
+                label = f"{group} ({names[str(group)]})" if str(group) in names else str(group)
+            else:
+                label = f"session {group + 1}"
             if granularity in agg:
                 rows.setdefault(name, {})[label] = agg[granularity][metric]
                 if label not in groups:
@@ -448,7 +465,8 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
     lines += ["### Retrieval", "", main if main else "No strategy could run.", ""]
     for by, title in (("per_category", "Per category"),
                       ("per_session", "Per session (the session a query is asked in, numbered from 1)")):
-        parts = [(g, breakdown_table(results, by, g, f"recall@{k}")) for g in GRANULARITIES]
+        parts = [(g, breakdown_table(results, by, g, f"recall@{k}", category_names(suite.source)))
+                 for g in GRANULARITIES]
         parts = [(g, t) for g, t in parts if t]
         if parts:
             lines += [f"### {title}: recall@{k}", ""]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.errors import ConfigError, ValidationFailed
-from pipelines.evaluate.report import evaluate_suite
+from pipelines.evaluate.report import category_names, evaluate_suite, write_report
 from pipelines.evaluate.suite import (list_suites, load_suite, main_speaker_corpus, memory_tag_queries,
                                       suite_episodes)
 
@@ -123,3 +123,14 @@ def test_memory_tag_queries_skip_tags_of_the_same_session_and_opening_turns():
     sessions[1] = s2.model_copy(update={"turns": turns})
     out = memory_tag_queries(episode.model_copy(update={"sessions": sessions}))
     assert all(q.session_id != s2.id for q in out.queries) and len(out.queries) == 4
+
+
+def test_locomo_report_names_the_published_categories(tmp_path):
+    """LoCoMo stores category codes; the report labels them with the names of LoCoMo's evaluation."""
+    assert category_names("locomo")["2"] == "temporal" and category_names("msc") == {}
+    suite = load_suite("locomo").with_overrides(strategies=("bm25",), generation=[])
+    write_report([evaluate_suite(suite, suite_episodes(suite, DATA["locomo"]), show_progress=False)], tmp_path)
+    md = (tmp_path / "benchmark.md").read_text()
+    per_category = md.split("### Per category", 1)[1].split("###", 1)[0]
+    header = next(line for line in per_category.splitlines() if line.startswith("| strategy |"))
+    assert "| 1 (multi-hop) |" in header and "| 2 (temporal) |" in header, header
