@@ -365,13 +365,14 @@ class AutoEntityIndex:
         return cls(dim, int(meta["threshold"]), inner)
 
 
-def make_index(kind: IndexKind, dim: int):
+def make_index(kind: IndexKind, dim: int, exact_up_to: int = AutoEntityIndex.THRESHOLD):
+    """A new index of ``kind``; ``exact_up_to`` is the threshold of ``auto``."""
     if kind == "flat":
         return FlatEntityIndex(dim)
     if kind == "hnsw":
         return HNSWEntityIndex(dim)
     if kind == "auto":
-        return AutoEntityIndex(dim)
+        return AutoEntityIndex(dim, exact_up_to)
     raise ValueError(f"entity index must be 'auto', 'flat' or 'hnsw', got {kind!r}")
 
 

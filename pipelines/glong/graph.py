@@ -46,7 +46,8 @@ import numpy as np
 
 from pipelines.data.schema import Triplet
 from pipelines.errors import DataError
-from pipelines.glong.entity_index import FILE_NAMES, IndexKind, load_index, make_index
+from pipelines.glong.entity_index import (FILE_NAMES, AutoEntityIndex, IndexKind, load_index,
+                                          make_index)
 
 FORMAT = "mnemos.glong.graph"
 FORMAT_VERSION = 1
@@ -102,9 +103,11 @@ class StoredFact:
 class GraphMemoryBank:
     """Entities in a vector index, triplets as attribute-rich edges of a MultiDiGraph."""
 
-    def __init__(self, embedder, entity_index: IndexKind = "auto"):
+    def __init__(self, embedder, entity_index: IndexKind = "auto",
+                 exact_up_to: int = AutoEntityIndex.THRESHOLD):
         if entity_index not in FILE_NAMES:
             raise ValueError(f"entity_index must be 'auto', 'flat' or 'hnsw', got {entity_index!r}")
+        self.exact_up_to = exact_up_to       # "auto": exact search up to this many entities
         self.embedder = embedder             # has embed(texts) -> (N, D) normalised, forget(texts)
         self.index_kind = entity_index       # "auto", "flat" (exact) or "hnsw" (hnswlib)
         self.graph = nx.MultiDiGraph()
@@ -184,7 +187,7 @@ class GraphMemoryBank:
     def _ensure_index(self, dim: int) -> None:
         if self._index is None:
             self.dim = dim
-            self._index = make_index(self.index_kind, dim)
+            self._index = make_index(self.index_kind, dim, self.exact_up_to)
             self._alloc(0, dim)
         elif dim != self.dim:
             raise ValueError(f"the embedder returned {dim}-dimensional vectors, the bank holds "
@@ -438,7 +441,7 @@ class GraphMemoryBank:
 
     def clear(self) -> None:
         self._forget_texts([f.text for f in self.facts()] + self.entity_names())
-        self.__init__(self.embedder, self.index_kind)
+        self.__init__(self.embedder, self.index_kind, self.exact_up_to)
 
     # --- integrity ---------------------------------------------------------------------------
     def integrity_errors(self) -> list[str]:
@@ -549,6 +552,8 @@ class GraphMemoryBank:
         if not index_file.exists():
             raise DataError("file does not exist", file=str(index_file))
         bank._index = load_index(kind, index_file, bank.dim)
+        if kind == "auto":
+            bank.exact_up_to = bank._index.threshold
         tids = np.load(folder / IDS_FILE)
         vectors = np.load(folder / VECTORS_FILE)
         if vectors.shape != (len(tids), bank.dim):

@@ -231,3 +231,18 @@ def test_minilm_bank_end_to_end(tmp_path):
     assert emb.cache.get(emb.model_name, [text_hash("Wren plays chess")]) != {}
     assert "Juno collects stamps" not in {
         f.fact.text for f in retrieve(b, "What does Juno collect?", NOW, WIDE)}
+
+
+def test_auto_bank_keeps_its_threshold_through_save_and_load(tmp_path):
+    """A bank past ``exact_up_to`` entities searches with HNSW; loading restores kind and threshold."""
+    b = GraphMemoryBank(HashingEmbedder(64), "auto", exact_up_to=5)
+    b.add(facts())
+    assert b.n_entities == 11 and b._index.active == "hnsw"
+    b.save(tmp_path / "bank")
+    loaded = GraphMemoryBank.load(tmp_path / "bank", HashingEmbedder(64))
+    assert loaded.exact_up_to == 5 and loaded._index.active == "hnsw"
+    assert loaded.integrity_errors() == []
+    probes = queries(b)
+    assert [retrieve(loaded, q, NOW, WIDE) for q in probes] == [retrieve(b, q, NOW, WIDE) for q in probes]
+    b.clear()
+    assert b.exact_up_to == 5 and len(b) == 0

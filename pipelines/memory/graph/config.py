@@ -26,7 +26,8 @@ class GraphConfig(StrategyConfig):
     model_path: str | None = None  # local sentence-transformers dir; None: the shipped MiniLM
     hashing_dim: int = 256         # vector size of the hashing embedder
     cache_dir: str | None = DEFAULT_CACHE_DIR  # on-disk embedding cache (MiniLM); None: none
-    entity_index: Literal["auto", "flat", "hnsw"] = "auto"  # exact up to 10k entities, then HNSW
+    entity_index: Literal["auto", "flat", "hnsw"] = "auto"  # exact up to exact_up_to entities, then HNSW
+    exact_up_to: int = 10_000      # "auto": entities searched exactly before the index turns HNSW
     device: str = "cpu"            # torch device of the encoder and the summariser
     k_anchor: int = 5              # anchor entities per query (section 3.4, step 1)
     hops: int = 1                  # subgraph expansion depth h (paper: 1)
@@ -48,6 +49,9 @@ class GraphConfig(StrategyConfig):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"graph.{name} must be one of {list(allowed)}, got "
                                   f"{getattr(self, name)!r}.")
+        if not isinstance(self.exact_up_to, int) or isinstance(self.exact_up_to, bool) \
+                or self.exact_up_to < 2:
+            raise ConfigError(f"graph.exact_up_to must be an integer >= 2, got {self.exact_up_to!r}.")
         if not isinstance(self.hashing_dim, int) or self.hashing_dim < 2:
             raise ConfigError(f"graph.hashing_dim must be an integer >= 2, got {self.hashing_dim!r}.")
         if not (isinstance(self.missing_time_hours, (int, float)) and self.missing_time_hours > 0):

@@ -103,7 +103,7 @@ class GraphMemory(MemoryStrategy):
             raise ConfigError("graph.importance is 'model' but neither a scorer nor "
                               "graph.importance_model (the trained summariser folder) was given.")
         self.bank = GraphMemoryBank(embedder if embedder is not None else self._embedder(),
-                                    c.entity_index)
+                                    c.entity_index, c.exact_up_to)
         self._sessions: set[str] = set()
         self._clock = 0.0  # time of the latest observed session, POSIX seconds
 

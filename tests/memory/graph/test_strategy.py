@@ -62,6 +62,13 @@ def test_registered_and_configured(memory):
     assert STRATEGIES["graph"] is GraphMemory and isinstance(memory, GraphMemory)
     assert memory.bank.index_kind == "auto"
     assert build_strategy("graph", entity_index="hnsw", **SETTINGS).bank.index_kind == "hnsw"
+    assert memory.bank.exact_up_to == 10_000
+    small = build_strategy("graph", exact_up_to=4, **SETTINGS)
+    for s in EP.sessions[:2]:
+        small.observe(EP, s)
+    assert small.bank.n_entities == 9 and small.bank._index.active == "hnsw"   # 9 > 4: HNSW
+    with pytest.raises(ConfigError, match="exact_up_to"):
+        build_strategy("graph", exact_up_to=1, **SETTINGS)
     assert len(memory) == 6 and memory.bank.n_entities == 9
     assert [f.importance for f in memory.bank.facts()] == [1.0] * 6        # importance "uniform"
     assert memory.bank.fact(4).created == to_seconds(T0 + timedelta(days=3))
