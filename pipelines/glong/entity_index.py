@@ -359,10 +359,24 @@ class AutoEntityIndex:
 
     @classmethod
     def load(cls, path: Path, dim: int) -> "AutoEntityIndex":
+        from pipelines.errors import DataError
+
         path = Path(path)
-        meta = json.loads(path.read_text(encoding="utf-8"))
-        inner = load_index(meta["active"], path.parent / FILE_NAMES[meta["active"]], dim)
-        return cls(dim, int(meta["threshold"]), inner)
+        if not path.exists():
+            raise DataError("file does not exist", file=str(path))
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"invalid JSON ({exc.msg})", file=str(path)) from None
+        active = meta.get("active") if isinstance(meta, dict) else None
+        threshold = meta.get("threshold") if isinstance(meta, dict) else None
+        if active not in ("flat", "hnsw") or not isinstance(threshold, int) or threshold < 2:
+            raise DataError(f"expected {{'active': 'flat' | 'hnsw', 'threshold': int >= 2}}, got {meta!r}",
+                            file=str(path), rule="entity_index_meta")
+        inner_path = path.parent / FILE_NAMES[active]
+        if not inner_path.exists():
+            raise DataError("file does not exist", file=str(inner_path))
+        return cls(dim, threshold, load_index(active, inner_path, dim))
 
 
 def make_index(kind: IndexKind, dim: int, exact_up_to: int = AutoEntityIndex.THRESHOLD):

@@ -250,3 +250,16 @@ def test_auto_is_exact_while_small_then_hnsw_and_back(tmp_path):
     assert index.search(vecs[36], 1)[0].tolist() == [72]
     index.save(tmp_path / FILE_NAMES["auto"])                          # no stale HNSW file left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["entities.auto", "entities.faiss"]
+
+
+@pytest.mark.parametrize("content, match", [("{not json", "invalid JSON"),
+                                            ('{"active": "annoy", "threshold": 5}', "expected"),
+                                            ('{"active": "flat", "threshold": 5}', "does not exist")])
+def test_auto_load_names_the_file_on_bad_input(tmp_path, content, match):
+    from pipelines.errors import DataError
+
+    path = tmp_path / FILE_NAMES["auto"]
+    path.write_text(content)
+    with pytest.raises(DataError, match=match) as err:
+        load_index("auto", path, 4)
+    assert "entities." in str(err.value)
