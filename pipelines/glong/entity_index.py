@@ -359,15 +359,13 @@ class AutoEntityIndex:
 
     @classmethod
     def load(cls, path: Path, dim: int) -> "AutoEntityIndex":
+        from pipelines.data.loaders.base import load_json
         from pipelines.errors import DataError
 
         path = Path(path)
         if not path.exists():
             raise DataError("file does not exist", file=str(path))
-        try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON ({exc.msg})", file=str(path)) from None
+        meta = load_json(path)
         active = meta.get("active") if isinstance(meta, dict) else None
         threshold = meta.get("threshold") if isinstance(meta, dict) else None
         if active not in ("flat", "hnsw") or not isinstance(threshold, int) or threshold < 2:

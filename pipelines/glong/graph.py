@@ -44,6 +44,7 @@ from typing import Callable, Iterable, Sequence
 import networkx as nx
 import numpy as np
 
+from pipelines.data.loaders.base import load_json
 from pipelines.data.schema import Triplet
 from pipelines.errors import DataError
 from pipelines.glong.entity_index import (FILE_NAMES, AutoEntityIndex, IndexKind, load_index,
@@ -524,10 +525,7 @@ class GraphMemoryBank:
         path = folder / GRAPH_FILE
         if not path.exists():
             raise DataError("file does not exist", file=str(path))
-        try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON ({exc.msg})", file=str(path)) from None
+        meta = load_json(path)
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise DataError(f"not a saved graph memory bank (expected format {FORMAT!r})",
                             file=str(path), field="format")
