@@ -377,19 +377,18 @@ class AutoEntityIndex:
         return cls(dim, threshold, load_index(active, inner_path, dim))
 
 
-def make_index(kind: IndexKind, dim: int, exact_up_to: int = AutoEntityIndex.THRESHOLD):
-    """A new index of ``kind``; ``exact_up_to`` is the threshold of ``auto``."""
-    if kind == "flat":
-        return FlatEntityIndex(dim)
-    if kind == "hnsw":
-        return HNSWEntityIndex(dim)
-    if kind == "auto":
-        return AutoEntityIndex(dim, exact_up_to)
-    raise ValueError(f"entity index must be 'auto', 'flat' or 'hnsw', got {kind!r}")
-
-
-def load_index(kind: IndexKind, path: Path, dim: int):
+def _index_class(kind: str):
     classes = {"flat": FlatEntityIndex, "hnsw": HNSWEntityIndex, "auto": AutoEntityIndex}
     if kind not in classes:
         raise ValueError(f"entity index must be 'auto', 'flat' or 'hnsw', got {kind!r}")
-    return classes[kind].load(path, dim)
+    return classes[kind]
+
+
+def make_index(kind: IndexKind, dim: int, exact_up_to: int = AutoEntityIndex.THRESHOLD):
+    """A new index of ``kind``; ``exact_up_to`` is the threshold of ``auto``."""
+    cls = _index_class(kind)
+    return cls(dim, exact_up_to) if cls is AutoEntityIndex else cls(dim)
+
+
+def load_index(kind: IndexKind, path: Path, dim: int):
+    return _index_class(kind).load(path, dim)

@@ -171,6 +171,14 @@ class GraphMemoryBank:
             arr = self._inc_arr[vid] = np.array(self._inc[vid], dtype=np.int64)
         return arr
 
+    def _link(self, tid: int, su: int, sv: int, key: int) -> None:
+        """Enter a new triplet (ends ``su`` -> ``sv``, text hash ``key``) in the incidence lists
+        (tids arrive in ascending order, so the lists stay sorted) and the same-text index."""
+        self._inc[su].append(tid)
+        if sv != su:
+            self._inc[sv].append(tid)
+        self._mark_text(key, tid)
+
     def _mark_text(self, key: int, tid: int) -> None:
         same = self._same_text.setdefault(key, [])
         same.append(tid)
@@ -231,7 +239,7 @@ class GraphMemoryBank:
             self._next_vid += len(new_nodes)
         tids = list(range(self._next_tid, self._next_tid + len(facts)))
         self._grow(tids[-1] + 1)
-        nodes, inc = self.graph.nodes, self._inc
+        nodes = self.graph.nodes
         src, dst, keys = [], [], []
         for tid, f, text, (u, v) in zip(tids, facts, texts, ends):
             self.graph.add_edge(u, v, key=tid, subject=f.triplet.subject,
@@ -244,12 +252,9 @@ class GraphMemoryBank:
             su, sv = nodes[u]["vid"], nodes[v]["vid"]
             src.append(su)
             dst.append(sv)
-            inc[su].append(tid)
-            if sv != su:
-                inc[sv].append(tid)
             key = text_key(text)
             keys.append(key)
-            self._mark_text(key, tid)
+            self._link(tid, su, sv, key)
         for vid in set(src) | set(dst):
             self._inc_arr.pop(vid, None)
         span = slice(tids[0], tids[-1] + 1)
@@ -339,10 +344,6 @@ class GraphMemoryBank:
         keep[:1] = True
         np.not_equal(tids[1:], tids[:-1], out=keep[1:])
         return tids[keep]
-
-    def columns(self, tids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(vectors (C, D), importance (C,), last_accessed (C,), text hashes (C,)) of ``tids``."""
-        return self._vec[tids], self._imp[tids], self._acc[tids], self._tkey[tids]
 
     def shares_text(self, tids: np.ndarray) -> np.ndarray:
         """(C,) bool: whether another live triplet has the same serialised text as each tid."""
@@ -560,6 +561,7 @@ class GraphMemoryBank:
         bank._alloc(bank._next_tid, bank.dim)
         bank._vec[tids] = vectors
         bank._vid_node = {a["vid"]: n for n, a in bank.graph.nodes(data=True)}
+        bank._inc = {vid: [] for vid in bank._vid_node}
         edges = sorted(bank.graph.edges(keys=True, data=True), key=lambda e: e[2])
         for u, v, tid, a in edges:                   # tid order: incidence lists ascending
             bank._ends[tid] = (u, v)
@@ -567,10 +569,7 @@ class GraphMemoryBank:
             bank._tkey[tid], bank._alive[tid] = text_key(a["text"]), True
             su, sv = bank.graph.nodes[u]["vid"], bank.graph.nodes[v]["vid"]
             bank._src[tid], bank._dst[tid] = su, sv
-            bank._inc.setdefault(su, []).append(tid)
-            if sv != su:
-                bank._inc.setdefault(sv, []).append(tid)
-            bank._mark_text(int(bank._tkey[tid]), tid)
+            bank._link(tid, su, sv, int(bank._tkey[tid]))
         errors = bank.integrity_errors()
         if errors:
             raise DataError("; ".join(errors), file=str(folder), rule="bank_consistent")

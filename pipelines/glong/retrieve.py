@@ -95,11 +95,8 @@ def retrieve(bank: GraphMemoryBank, utterance: str, now: float,
             tids, sim, score, recency = tids[keep], sim[keep], score[keep], recency[keep]
     n = config.coarse_n
     by_sim = _top(sim, max(n, depth))                                        # step 3 (coarse)
-    if by_sim.size <= n:                                                     # step 4 (fine)
-        ranking = by_sim[np.argsort(-score[by_sim], kind="stable")][:depth]
-    else:  # deeper than the coarse pool: tiers of N, each re-ranked
-        ranking = np.concatenate([tier[np.argsort(-score[tier], kind="stable")]
-                                  for tier in np.split(by_sim, range(n, by_sim.size, n))])[:depth]
+    ranking = np.concatenate([tier[np.argsort(-score[tier], kind="stable")]  # step 4 (fine)
+                              for tier in np.split(by_sim, range(n, by_sim.size, n))])[:depth]
     kept = [ScoredFact(bank.fact(int(tids[j])), float(score[j]), float(sim[j]), float(recency[j]))
             for j in ranking]
     if config.update_access:

@@ -14,6 +14,12 @@ IDS = np.array([10, 20, 30, 40], dtype=np.int64)
 QUERY = np.array([0.8, 0.6, 0.0, 0.0], dtype=np.float32)
 
 
+def _unit_vectors(rng, n: int, d: int) -> np.ndarray:
+    """(n, d) random float32 unit vectors."""
+    vecs = rng.normal(size=(n, d)).astype(np.float32)
+    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
 @pytest.fixture(params=["auto", "flat", "hnsw"])
 def index(request):
     idx = make_index(request.param, 4)
@@ -54,8 +60,7 @@ def test_save_and_load(index, tmp_path):
 def test_hnsw_grows_and_rebuild_drops_deleted_vectors():
     idx = HNSWEntityIndex(8, capacity=2)
     rng = np.random.default_rng(0)
-    vecs = rng.normal(size=(50, 8)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs = _unit_vectors(rng, 50, 8)
     idx.add(np.arange(50), vecs)
     assert len(idx) == 50 and idx._index.get_max_elements() >= 50
     idx.remove(np.arange(0, 50, 2))
@@ -142,8 +147,7 @@ def test_flat_matches_faiss_flat_search_without_ties():
     import faiss
 
     rng = np.random.default_rng(3)
-    vecs = rng.normal(size=(3000, 64)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs = _unit_vectors(rng, 3000, 64)
     ids = np.arange(3000, dtype=np.int64) * 3
     index = FlatEntityIndex(64)
     index.add(ids, vecs)
@@ -176,8 +180,7 @@ def test_flat_range_fallback_when_the_pool_is_too_small():
 
 def test_flat_removal_leaves_nothing_behind_and_keeps_the_bound_valid():
     rng = np.random.default_rng(11)
-    vecs = rng.normal(size=(40, 16)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs = _unit_vectors(rng, 40, 16)
     index = FlatEntityIndex(16)
     index.add(np.arange(40), vecs)
     index.remove(np.arange(0, 40, 2))
@@ -228,8 +231,7 @@ def test_auto_is_exact_while_small_then_hnsw_and_back(tmp_path):
     """Flat up to the threshold, rebuilt as HNSW above it (same entries, searchable), back to flat
     under half the threshold; saved and loaded as the kind in use."""
     rng = np.random.default_rng(5)
-    vecs = rng.normal(size=(40, 16)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs = _unit_vectors(rng, 40, 16)
     ids = np.arange(40, dtype=np.int64) * 2
     index = AutoEntityIndex(16, threshold=20)
     index.add(ids[:20], vecs[:20])
