@@ -247,6 +247,13 @@ def _ours(bank: GraphMemoryBank, cfg: RetrievalConfig):
     return lambda q, now: [s.fact.tid for s in retrieve(bank, q, now, cfg)]
 
 
+def _askers(systems: dict, cfg: RetrievalConfig) -> dict:
+    """name -> f(utterance, now) -> final tids, for every system under ``cfg``."""
+    ask = {name: _ours(systems[name], cfg) for name in OURS}
+    ask["chroma"] = lambda q, now: systems["chroma"].retrieve(q, now, cfg)
+    return ask
+
+
 def run_scale(n: int, n_queries: int, cfg: RetrievalConfig, seed: int) -> dict:
     sessions, n_turns = make_corpus(n, seed)
     queries = make_queries(sessions, n_queries, seed)
@@ -271,8 +278,7 @@ def run_scale(n: int, n_queries: int, cfg: RetrievalConfig, seed: int) -> dict:
 
     # 1) equal results: a read-only pass (no last-accessed update), compared with exact search
     frozen = replace(cfg, update_access=False)
-    ask = {name: _ours(systems[name], frozen) for name in OURS}
-    ask["chroma"] = lambda q, now: systems["chroma"].retrieve(q, now, frozen)
+    ask = _askers(systems, frozen)
     answers = {name: [f(q, now) for q in queries] for name, f in ask.items()}
     agreement = {name: float(np.mean([a == b for a, b in zip(answers[name], answers["flat"])]))
                  for name in ("auto", "hnsw", "chroma")}
@@ -284,8 +290,7 @@ def run_scale(n: int, n_queries: int, cfg: RetrievalConfig, seed: int) -> dict:
     # 2) latency: the real path (last-accessed updated), the same queries in the same order, one
     # system at a time (interleaving them per query would make whichever runs first pay for the
     # caches the others evicted); each system was warmed by the read-only pass above
-    ask = {name: _ours(systems[name], cfg) for name in OURS}
-    ask["chroma"] = lambda q, now: systems["chroma"].retrieve(q, now, cfg)
+    ask = _askers(systems, cfg)
     ms = {name: [] for name in ask}
     for name, f in ask.items():
         for q in queries:
