@@ -310,10 +310,10 @@ class EMMADialogueTask:
     def collate(self, items: Sequence[Example]) -> dict[str, torch.Tensor]:
         return collate_examples(self.tokenizer, items, self.config.max_source_length, self.config.max_target_length)
 
-    def compute_loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    def compute_loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
         """Mean token cross-entropy of the targets (T5's loss over labels != -100), and the target tokens."""
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
-        return out.loss, int((batch["labels"] != -100).sum())
+        return out.loss, (batch["labels"] != -100).sum()  # a 0-d tensor: no host sync
 
     def save_final(self, model, out_dir: str | os.PathLike) -> Path:
         """``adapter/`` (LoRA weights), ``tokenizer/``, ``base/`` (a spec's random init), ``emma_dialogue.json``."""

@@ -437,12 +437,12 @@ class RetrieverTask:
                 "memory_ids": pos["input_ids"], "memory_mask": pos["attention_mask"],
                 "pool_ids": neg["input_ids"], "pool_mask": neg["attention_mask"], "negative_index": index}
 
-    def compute_loss(self, model: DualEncoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    def compute_loss(self, model: DualEncoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
         """Triplet loss (margin 0.2, cosine distance) with each anchor's mined negative; the token count
         is the number of context tokens encoded with gradients."""
         anchor, positive, negative = model(**batch, mining=self.config.negative_mining)   # (B, H) each
         loss = compute_loss(anchor, positive, negative, self.config.margin)
-        return loss, int(batch["context_mask"].sum())
+        return loss, batch["context_mask"].sum()  # a 0-d tensor: no host sync
 
     def evaluate(self, model: DualEncoder) -> dict[str, float]:
         """Recall@1 and MRR on the validation episodes (candidates = memories of earlier sessions)."""

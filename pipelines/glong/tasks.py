@@ -134,7 +134,7 @@ class _EncodedLMTask:
     def compute_loss(self, model, batch):
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                     labels=batch["labels"])
-        return out.loss, int((self.target_labels(batch["labels"]) != IGNORE).sum())
+        return out.loss, (self.target_labels(batch["labels"]) != IGNORE).sum()  # 0-d tensor: no host sync
 
 
 class GLongExtractorTask(_EncodedLMTask):

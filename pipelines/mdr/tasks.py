@@ -34,7 +34,7 @@ from pipelines.mdr.prefix_lm import PrefixLM
 from pipelines.mdr.student import MDRStudent, cache_response_features, compute_sentence_loss
 from pipelines.mdr.teacher import MDRTeacher, base_model, compute_teacher_loss
 from pipelines.mdr.text import IGNORE, Codec, pad
-from pipelines.mdr.token_weights import compute_token_loss
+from pipelines.mdr.token_weights import check_aligned, compute_token_loss
 from pipelines.errors import ConfigError, DataError
 
 PAPER = "MDR: Memory Distillation and Reproduction for Personalized Dialogue Generation (seed 001)"
@@ -139,6 +139,7 @@ def decoder_item(example: MDRExample, codec: Codec, cfg: MDRConfig, feature: tor
 def collate_decoder(items: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     batch = collate_teacher(items, pad_id)
     batch["features"] = torch.stack([it["feature"].float() for it in items])   # (B, H)
+    check_aligned(batch["r_mask"], batch["labels"])  # every label becomes a decoder target (prefix_lm.py)
     return batch
 
 
@@ -188,7 +189,7 @@ class MDRTeacherTask(_MDRTask):
     def collate(self, items: list) -> dict[str, torch.Tensor]:
         return collate_teacher(items, self.codec.pad_id)
 
-    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
         out = model(**batch)
         return compute_teacher_loss(out.logits, out.targets)
 
@@ -222,7 +223,7 @@ class MDRStudentTask(_MDRTask):
     def collate(self, items: list) -> dict[str, torch.Tensor]:
         return collate_student(items, self.codec.pad_id)
 
-    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
         out = model(**batch)
         return compute_sentence_loss(out["r_pred"], out["r_te"])
 
@@ -271,7 +272,7 @@ class MDRDecoderTask(_MDRTask):
     def collate(self, items: list) -> dict[str, torch.Tensor]:
         return collate_decoder(items, self.codec.pad_id)
 
-    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
         out = model(**batch)
         return compute_token_loss(out["logits"], out["targets"], out["weights"])
 

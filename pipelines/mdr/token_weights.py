@@ -42,31 +42,43 @@ def token_weights(token_feats: torch.Tensor, r_te: torch.Tensor, mask: torch.Ten
 
 
 def compute_token_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
-                       ) -> tuple[torch.Tensor, int]:
-    """Equation 14: ``-(1/N) sum_i w_i log p(target_i)`` -> (scalar loss, N).
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Equation 14: ``-(1/N) sum_i w_i log p(target_i)`` -> (scalar loss, N as a 0-d tensor).
 
     logits (B, T, V) and targets (B, T) are aligned (position t predicts targets[:, t]); targets
     equal to IGNORE (-100) are not counted; weights (B, T) (None: all 1, the teacher's loss).
+    N stays on the device (no host synchronisation in the training step); with N = 0 the loss
+    is 0 with zero gradients.
     """
     valid = targets != IGNORE                                                    # (B, T)
-    n = int(valid.sum())
-    if n == 0:
-        return logits.sum() * 0.0, 0
+    n = valid.sum()                                                              # ()
     log_p = torch.log_softmax(logits.float(), dim=-1)                            # (B, T, V)
     picked = log_p.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)    # (B, T)
     w = torch.ones_like(picked) if weights is None else weights.to(picked.dtype)
-    loss = -(w * picked).masked_fill(~valid, 0.0).sum() / n
+    loss = -(w * picked).masked_fill(~valid, 0.0).sum() / n.clamp_min(1)
     return loss, n
+
+
+def check_aligned(mask: torch.Tensor, targets: torch.Tensor) -> None:
+    """Raise ValueError unless every row has as many response tokens (``mask`` (B, Tr)) as decoder
+    targets (``targets`` (B, T), IGNORE elsewhere): the precondition of :func:`scatter_to_targets`.
+    Run on the CPU batch (collate), where it costs no device synchronisation."""
+    per_row_w, per_row_t = mask.bool().sum(1), (targets != IGNORE).sum(1)
+    if not torch.equal(per_row_w, per_row_t):
+        raise ValueError(f"response tokens per row {per_row_w.tolist()} differ from decoder targets per row "
+                         f"{per_row_t.tolist()}: the teacher and the decoder must read the same R tokens.")
 
 
 def scatter_to_targets(weights: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Place per-response weights (B, Tr) (valid where ``mask``) on the target positions of the
-    decoder's aligned targets (B, T): the k-th valid weight of a row goes to its k-th target."""
+    decoder's aligned targets (B, T): the k-th valid weight of a row goes to its k-th target.
+
+    Static shapes only (no boolean indexing, so no host synchronisation): the valid weights are
+    moved to the front of their row (stable sort on ~mask), then read at each target's rank.
+    Rows must hold as many valid weights as targets (:func:`check_aligned`, done at collate).
+    """
     valid_t = targets != IGNORE                                                  # (B, T)
-    per_row_w, per_row_t = mask.bool().sum(1), valid_t.sum(1)
-    if not torch.equal(per_row_w, per_row_t):
-        raise ValueError(f"response tokens per row {per_row_w.tolist()} differ from decoder targets per row "
-                         f"{per_row_t.tolist()}: the teacher and the decoder must read the same R tokens.")
-    out = torch.zeros(targets.shape, dtype=weights.dtype, device=weights.device)
-    out[valid_t] = weights[mask.bool()]
-    return out
+    front = torch.argsort((~mask.bool()).to(torch.uint8), dim=1, stable=True)    # (B, Tr) valid first
+    packed = weights.gather(1, front)                                            # (B, Tr)
+    rank = (valid_t.long().cumsum(1) - 1).clamp(0, weights.shape[1] - 1)        # (B, T) k of each target
+    return packed.gather(1, rank).masked_fill(~valid_t, 0.0)                     # (B, T)

@@ -136,7 +136,11 @@ class TrainTask(Protocol):
 
     ``compute_loss`` receives the model as prepared by accelerate (DDP / DeepSpeed
     wrapper): call it (``model(...)``), not its submodules, so gradient synchronisation
-    hooks run. ``save_final`` receives the plain (unwrapped) model on rank 0 only.
+    hooks run. It returns (loss, target tokens of the micro-batch); the count may be an int
+    known from shapes or a 0-d tensor on the device, never a value read back from the device
+    (``int(mask.sum())``): such a read waits for the GPU every step, and the CPU can no longer
+    queue the next step's kernels while the current ones run. ``save_final`` receives the plain
+    (unwrapped) model on rank 0 only.
     """
 
     paper: str  # reference for the model card, e.g. "MDR (seed 001)"
@@ -149,7 +153,7 @@ class TrainTask(Protocol):
 
     def collate(self, items: list) -> dict[str, torch.Tensor]: ...
 
-    def compute_loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]: ...
+    def compute_loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]: ...
 
     def save_final(self, model: torch.nn.Module, out_dir: Path) -> None: ...
 

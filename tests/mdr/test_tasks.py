@@ -9,8 +9,8 @@ from pipelines.mdr.config import MDRConfig
 from pipelines.mdr.decoder import features_for, generate_responses
 from pipelines.mdr.prefix_lm import PrefixLM
 from pipelines.mdr.student import MDRStudent, load_response_features
-from pipelines.mdr.tasks import (FEATURES_FILE, MDRDecoderTask, MDRStudentTask, MDRTeacherTask, collate_teacher,
-                                 student_item, teacher_item)
+from pipelines.mdr.tasks import (FEATURES_FILE, MDRDecoderTask, MDRStudentTask, MDRTeacherTask, collate_decoder,
+                                 collate_teacher, student_item, teacher_item)
 from pipelines.mdr.teacher import MDRTeacher
 from pipelines.mdr.text import IGNORE
 from pipelines.training.config import TrainTask
@@ -92,6 +92,17 @@ def test_items(config, codec, examples):
         "nice city!", "thank you, it is cold.", one_round.max_history_tokens)
     assert student_item(examples[3], codec, MDRConfig(max_history_rounds=0))["h"] == []
     assert "r" not in student_item(examples[0], codec, config, with_response=False)
+
+
+def test_decoder_batches_are_checked_for_aligned_response_tokens(config, codec, examples):
+    """The decoder's token weights are placed by rank (scatter_to_targets): collate refuses a batch
+    whose response tokens and decoder targets disagree, before anything reaches the device."""
+    items = [{**teacher_item(e, codec, config), "feature": torch.zeros(4)} for e in examples[1:3]]
+    batch = collate_decoder(items, codec.pad_id)
+    assert batch["features"].shape == (2, 4)
+    broken = [{**items[0], "r": items[0]["r"][:-1]}, items[1]]
+    with pytest.raises(ValueError, match="differ from decoder targets"):
+        collate_decoder(broken, codec.pad_id)
 
 
 def test_no_training_example_is_a_data_error(config, codec, gpt2):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from pipelines.mdr.text import IGNORE
-from pipelines.mdr.token_weights import compute_token_loss, scatter_to_targets, token_weights
+from pipelines.mdr.token_weights import check_aligned, compute_token_loss, scatter_to_targets, token_weights
 
 C = 1 / math.sqrt(2)  # cos((1, 1), (1, 0))
 
@@ -93,5 +93,21 @@ def test_scatter_places_weights_on_target_positions():
     targets = torch.tensor([[IGNORE, IGNORE, 7, 8, IGNORE], [IGNORE, 5, 6, 7, IGNORE]])
     out = scatter_to_targets(weights, mask, targets)
     assert torch.equal(out, torch.tensor([[0.0, 0.0, 0.1, 0.2, 0.0], [0.0, 0.3, 0.4, 0.5, 0.0]]))
+    check_aligned(mask, targets)
     with pytest.raises(ValueError, match="differ"):
-        scatter_to_targets(weights, torch.tensor([[1, 0, 0], [1, 1, 1]]), targets)
+        check_aligned(torch.tensor([[1, 0, 0], [1, 1, 1]]), targets)
+
+
+def test_scatter_reads_valid_weights_in_order_whatever_the_mask_layout():
+    """Left padding and holes: the k-th valid weight still goes to the k-th target (boolean-indexing reference)."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        mask = torch.rand(4, 7, generator=g) < 0.6                     # (B, Tr) arbitrary layout
+        weights = torch.rand(4, 7, generator=g).masked_fill(~mask, 0.0)
+        targets = torch.full((4, 11), IGNORE)
+        for b in range(4):
+            pos = torch.randperm(11, generator=g)[: int(mask[b].sum())].sort().values
+            targets[b, pos] = 3
+        expected = torch.zeros(4, 11)
+        expected[targets != IGNORE] = weights[mask]
+        assert torch.equal(scatter_to_targets(weights, mask.long(), targets), expected)
