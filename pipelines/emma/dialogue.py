@@ -70,6 +70,8 @@ class EMMADialogueConfig:
     max_epochs: int = 3                     # at most this many epochs
     patience: int = 2                       # validation passes without improvement before early stopping
     gradient_checkpointing: bool = False    # recompute activations in backward (memory for time)
+    group_by_length: bool = True            # batches of similar source + target lengths (the three tasks differ
+                                            # tenfold in length: random batches are mostly padding)
     zero_stage: int | None = None           # DeepSpeed ZeRO stage when launched with DeepSpeed; None: DDP / one process
     deepspeed: str | None = None            # DeepSpeed JSON (deploy/deepspeed/*.json); its stage checked too
     max_new_tokens: int = 64                # generation length at inference
@@ -132,7 +134,8 @@ class EMMADialogueConfig:
         from pipelines.training.config import TrainConfig
 
         values = dict(output_dir=str(output_dir), lr=self.lr, batch_size=self.batch_size, epochs=self.max_epochs,
-                      early_stopping_patience=self.patience or None, seed=self.seed, deepspeed=self.deepspeed)
+                      early_stopping_patience=self.patience or None, seed=self.seed, deepspeed=self.deepspeed,
+                      group_by_length=self.group_by_length)
         return TrainConfig(**{**values, **overrides})
 
 
@@ -306,6 +309,12 @@ class EMMADialogueTask:
 
     def valid_dataset(self) -> list[Example]:
         return self.valid_examples
+
+    def train_lengths(self) -> list[int]:
+        """Source + target tokens of each training example (as collate cuts them), for length grouping."""
+        c, tok = self.config, self.tokenizer
+        return [len(encode(tok, ex.source, c.max_source_length)) + len(encode(tok, ex.target, c.max_target_length))
+                for ex in self.train_examples]
 
     def collate(self, items: Sequence[Example]) -> dict[str, torch.Tensor]:
         return collate_examples(self.tokenizer, items, self.config.max_source_length, self.config.max_target_length)

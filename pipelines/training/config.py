@@ -50,6 +50,7 @@ class TrainConfig:
     restore_best: bool = True             # final model = weights of the best validation pass (when validation exists)
     keep_checkpoints: int = 2             # newest checkpoints kept on disk (the best one is kept in addition)
     compile: bool = False                 # torch.compile the model (inductor); worth it on GPU only
+    group_by_length: bool = False         # micro-batches of similar lengths (task.train_lengths()): less padding
     num_workers: int = 0                  # DataLoader worker processes per rank
     find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient in a step
     model_name: str | None = None         # name in the MLflow model registry; None: the output folder's name
@@ -156,6 +157,9 @@ class TrainTask(Protocol):
     def compute_loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]: ...
 
     def save_final(self, model: torch.nn.Module, out_dir: Path) -> None: ...
+
+    # Optional: ``train_lengths() -> Sequence[int]``, the length of each training example (e.g.
+    # source + target tokens), read when ``TrainConfig.group_by_length`` is set.
 
 
 @dataclass

@@ -4,7 +4,11 @@ Training order: epoch e visits the training set in the permutation drawn from
 ``torch.Generator().manual_seed(seed + e)``: a pure function of (seed, epoch), so every
 rank agrees on it, a resumed run sees the same batches as an uninterrupted one (the
 engine skips the micro-batches already consumed), and nothing depends on the global RNG.
-accelerate shards the batches of that order across ranks.
+accelerate shards the batches of that order across ranks. With ``TrainConfig.group_by_length``
+the order is Hugging Face's length-grouped one (``get_length_grouped_indices``: the epoch's
+permutation cut into mega-batches of up to 50 micro-batches, each sorted by length), drawn
+from the same per-epoch generator: micro-batches of similar lengths pad little, and the
+order stays a pure function of (seed, epoch, lengths).
 
 Validation: rank r of W evaluates examples r, r+W, r+2W, ... (no duplicates); ranks with
 one batch fewer repeat a batch with weight 0 so that every rank runs the same number of
@@ -14,7 +18,7 @@ forward passes (ZeRO-3 gathers parameters collectively in each forward).
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator, Sized
+from typing import Callable, Iterator, Sequence, Sized
 
 import torch
 from torch.utils.data import Dataset, Sampler
@@ -37,6 +41,35 @@ class EpochPermutationSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         g = torch.Generator().manual_seed(self.seed + self.epoch)
         return iter(torch.randperm(self.n, generator=g).tolist())
+
+
+class EpochLengthGroupedSampler(EpochPermutationSampler):
+    """Length-grouped order of epoch ``seed + epoch``: consecutive runs of ``batch_size`` indices
+    have similar ``lengths`` (one per training example, e.g. source + target tokens)."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int):
+        super().__init__(len(lengths), seed)
+        self.lengths, self.batch_size = [int(n) for n in lengths], batch_size
+
+    def __iter__(self) -> Iterator[int]:
+        from transformers.trainer_pt_utils import get_length_grouped_indices
+
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=g))
+
+
+def training_sampler(task, n: int, batch_size: int, seed: int, group_by_length: bool) -> EpochPermutationSampler:
+    """The sampler of the training set: random per epoch, or length-grouped from ``task.train_lengths()``."""
+    if not group_by_length:
+        return EpochPermutationSampler(n, seed)
+    if not hasattr(task, "train_lengths"):
+        raise ConfigError(f"TrainConfig.group_by_length is set but {type(task).__name__} has no train_lengths(): "
+                          "the task must give the length of each training example.")
+    lengths = list(task.train_lengths())
+    if len(lengths) != n:
+        raise ConfigError(f"{type(task).__name__}.train_lengths() gave {len(lengths)} lengths for {n} training "
+                          "examples.")
+    return EpochLengthGroupedSampler(lengths, batch_size, seed)
 
 
 def dataset_length(dataset: Dataset, what: str) -> int:

@@ -43,7 +43,7 @@ from pipelines.errors import ConfigError
 from pipelines.training.checkpoint import (TrainerState, checkpoint_root, latest_checkpoint, prune_checkpoints,
                                            read_state, remove_partial, save_checkpoint)
 from pipelines.training.config import TrainConfig, TrainSummary, TrainTask
-from pipelines.training.data import EpochPermutationSampler, dataset_length, evaluate
+from pipelines.training.data import dataset_length, evaluate, training_sampler
 from pipelines.training.model_card import render_model_card
 from pipelines.training.schedule import lr_multiplier, set_lr
 
@@ -205,7 +205,7 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     train_ds, valid_ds = task.train_dataset(), task.valid_dataset()
     n_train = dataset_length(train_ds, "training")
     has_valid = valid_ds is not None and dataset_length(valid_ds, "validation") > 0
-    sampler = EpochPermutationSampler(n_train, config.seed)
+    sampler = training_sampler(task, n_train, config.batch_size, config.seed, config.group_by_length)
     loader = DataLoader(train_ds, batch_size=config.batch_size, sampler=sampler, collate_fn=task.collate,
                         num_workers=config.num_workers, pin_memory=device.type == "cuda",
                         generator=torch.Generator().manual_seed(config.seed))

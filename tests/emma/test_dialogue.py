@@ -20,6 +20,7 @@ def test_paper_defaults():
         1024, 64, 1e-3, 52, 3)
     tc = cfg.train_config("out")
     assert (tc.lr, tc.batch_size, tc.epochs, tc.early_stopping_patience) == (1e-3, 52, 3, 2)
+    assert tc.group_by_length and not D.EMMADialogueConfig(group_by_length=False).train_config("o").group_by_length
 
 
 def test_zero3_with_4bit_weights_is_refused(tmp_path):
@@ -70,6 +71,16 @@ def tiny_task(tmp_path_factory):
     examples = build_examples(episodes)
     cfg = D.EMMADialogueConfig(tokenizer_vocab_size=600, max_source_length=256, device="cpu")
     return D.EMMADialogueTask(cfg, examples, examples[:6], work_dir=tmp_path_factory.mktemp("emma"))
+
+
+def test_train_lengths_are_the_collated_source_and_target_tokens(tiny_task):
+    """Length grouping reads the lengths that collate will produce (cut to the maximum lengths)."""
+    lengths = tiny_task.train_lengths()
+    assert len(lengths) == len(tiny_task.train_dataset())
+    for i in range(0, len(lengths), 7):
+        batch = tiny_task.collate([tiny_task.train_dataset()[i]])
+        assert lengths[i] == int(batch["attention_mask"].sum() + (batch["labels"] != -100).sum())
+    assert max(lengths) > 3 * min(lengths)   # the three tasks differ in length: grouping pays
 
 
 def test_tiny_model_is_4bit_nf4_with_lora(tiny_task):

@@ -212,6 +212,58 @@ def test_epochs_bound_the_run_when_max_steps_is_unset(tmp_path, one_thread):
     assert summary.total_steps == 6 and summary.final_step == 6 and summary.epochs_done == 3.0
 
 
+class LengthTask(LinearTask):
+    """LinearTask whose examples have lengths and remember which ones each micro-batch held."""
+
+    def __init__(self, n: int = 40):
+        super().__init__(n)
+        self.lengths = torch.randint(1, 100, (n,), generator=torch.Generator().manual_seed(1)).tolist()
+        self.seen: list[list[int]] = []
+
+    def train_dataset(self):
+        return [(x, y, i) for i, (x, y) in enumerate(zip(self.x, self.y))]
+
+    def train_lengths(self):
+        return self.lengths
+
+    def collate(self, items):
+        self.seen.append([int(i[2]) for i in items])
+        return super().collate(items)
+
+
+def test_group_by_length_trains_on_the_length_grouped_order(tmp_path, one_thread):
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    task = LengthTask()
+    summary = train(task, _config(tmp_path, "grouped", group_by_length=True, epochs=2), progress=False)
+    assert summary.final_step == 10
+    expected = [get_length_grouped_indices(task.lengths, 8, generator=torch.Generator().manual_seed(2022 + e))
+                for e in range(2)]
+    assert [i for b in task.seen for i in b] == expected[0] + expected[1]
+    # 40 examples make mega-batches of one micro-batch (HF's default for small sets): each sorted, longest first
+    assert all([task.lengths[i] for i in b] == sorted((task.lengths[i] for i in b), reverse=True) for b in task.seen)
+
+
+def test_an_interrupted_length_grouped_run_resumes_to_the_same_weights(tmp_path, one_thread):
+    class Stop(Exception):
+        pass
+
+    def stop_at_6(step, metrics):
+        if step == 6:
+            raise Stop
+
+    whole = LengthTask()
+    train(whole, _config(tmp_path, "whole", group_by_length=True, epochs=2), progress=False)
+    cfg = _config(tmp_path, "cut", group_by_length=True, epochs=2, save_every=1)
+    with pytest.raises(Stop):
+        train(LengthTask(), cfg, progress=False, callback=stop_at_6)
+    resumed = LengthTask()
+    summary = train(resumed, cfg, progress=False)
+    assert summary.resumed_from_step == 5 and summary.final_step == 10
+    assert [i for b in resumed.seen for i in b] == [i for b in whole.seen[5:] for i in b]
+    torch.testing.assert_close(resumed.model.weight, whole.model.weight)
+
+
 def test_dropout_rng_depends_on_step_and_rank_only():
     assert step_seed(2022, 5, 0) == step_seed(2022, 5, 0)
     assert len({step_seed(2022, s, r) for s in range(50) for r in range(4)}) == 200
