@@ -110,14 +110,15 @@ class MDRStudent(nn.Module):
 
         q_se = sentence_features(self.student, q_ids, q_mask)                   # (B, H), eq. 8
         p_se = sentence_features(self.student, p_ids, p_mask)                   # (B, H), eq. 9
-        h_pte = q_te.new_zeros((b, 2, h))                                        # (B, 2, H)
-        h_pse = q_se.new_zeros((b, 2, h))                                        # (B, 2, H)
         chosen = selected >= 0                                                   # (B, 2)
-        if chosen.any():
-            picked = selected[chosen]                                            # (n,)
-            h_pte = h_pte.index_put((chosen,), h_rows[picked].to(h_pte.dtype))
-            enc = sentence_features(self.student, h_ids[picked], h_mask[picked])  # (n, H), eq. 10
-            h_pse = h_pse.to(enc.dtype).index_put((chosen,), enc)
+        if h_ids.shape[0] > 0:  # static shapes: both slots of every row encoded, unchosen ones zeroed
+            picked = selected.clamp_min(0).reshape(-1)                           # (2B,)
+            keep = chosen.unsqueeze(-1)                                          # (B, 2, 1)
+            h_pte = h_rows[picked].reshape(b, 2, h) * keep                       # (B, 2, H)
+            enc = sentence_features(self.student, h_ids[picked], h_mask[picked])  # (2B, H), eq. 10
+            h_pse = enc.reshape(b, 2, h) * keep                                  # (B, 2, H)
+        else:                                                                    # no history in the batch
+            h_pte, h_pse = q_te.new_zeros((b, 2, h)), q_se.new_zeros((b, 2, h))
 
         q_slots = torch.stack([q_te.to(q_se.dtype), q_se], dim=1)               # (B, 2, H), eq. 11
         q_slot_mask = torch.ones((b, 2), dtype=torch.bool, device=q_ids.device)

@@ -49,7 +49,9 @@ class TrainConfig:
     min_delta: float = 0.0                # a validation loss improves when it is below best - min_delta
     restore_best: bool = True             # final model = weights of the best validation pass (when validation exists)
     keep_checkpoints: int = 2             # newest checkpoints kept on disk (the best one is kept in addition)
-    compile: bool = False                 # torch.compile the model (inductor); worth it on GPU only
+    compile: bool | str = "auto"          # torch.compile the training step: auto = on CUDA, one process or DDP,
+                                          # full-precision weights (not DeepSpeed, not 4-bit); or true / false
+    compile_backend: str = "inductor"     # torch.compile backend ("aot_eager": capture without code generation)
     group_by_length: bool = False         # micro-batches of similar lengths (task.train_lengths()): less padding
     num_workers: int = 0                  # DataLoader worker processes per rank
     find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient in a step
@@ -77,6 +79,8 @@ class TrainConfig:
                               "use at least 1, or None to disable early stopping.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"TrainConfig.precision is {self.precision!r}: choose one of {', '.join(PRECISIONS)}.")
+        if self.compile not in (True, False, "auto"):
+            raise ConfigError(f"TrainConfig.compile is {self.compile!r}: use auto, true or false.")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"TrainConfig.schedule is {self.schedule!r}: choose one of {', '.join(SCHEDULES)}.")
         b1, b2 = self.adam_betas

@@ -96,7 +96,6 @@ def build_accelerator(config: TrainConfig):
         gradient_accumulation_steps=config.grad_accum,
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=config.find_unused_parameters)],
         dataloader_config=DataLoaderConfiguration(even_batches=True),
-        dynamo_backend="inductor" if config.compile else None,
     )
     if config.deepspeed is not None:
         _single_process_env()
@@ -112,6 +111,38 @@ def build_accelerator(config: TrainConfig):
             if ds.get(key, "auto") == "auto":
                 ds[key] = value
     return accelerator
+
+
+def is_quantized(model: torch.nn.Module) -> bool:
+    """True when some weights are bitsandbytes 4/8-bit (QLoRA): their kernels are not compiled here."""
+    return any(type(p).__name__ in ("Params4bit", "Int8Params") for p in model.parameters())
+
+
+def resolve_compile(config: TrainConfig, cuda: bool, deepspeed: bool, quantized: bool) -> bool:
+    """Whether the run compiles its training step (``TrainConfig.compile``).
+
+    auto: on CUDA, for one process or DDP, with full-precision weights. Not on CPU (compiling
+    costs more than it saves on small models), not under DeepSpeed (its engine wraps the
+    forward and the optimizer itself), not for 4-bit QLoRA (bitsandbytes dequantises in its
+    own kernels). true / false force it either way.
+    """
+    if config.compile == "auto":
+        return cuda and not deepspeed and not quantized
+    return bool(config.compile)
+
+
+def compiled_step(task: TrainTask, model, config: TrainConfig, world: int):
+    """The function computing (loss, tokens) of a micro-batch, compiled when the run compiles.
+
+    One process: the whole of ``task.compute_loss`` (the model's forward and the stage's loss,
+    e.g. MDR's token-weighted cross-entropy over (B, T, V) logits, fused without a float32
+    copy of the logits). Several processes: the DDP-wrapped model itself (torch's DDP-aware
+    graph splitting at gradient buckets), the loss eagerly. Returns (model to call, step function);
+    the prepared ``model`` itself stays what accumulation, clipping and checkpoints see.
+    """
+    if world == 1:
+        return model, torch.compile(task.compute_loss, backend=config.compile_backend)
+    return torch.compile(model, backend=config.compile_backend), task.compute_loss
 
 
 def _is_deepspeed(accelerator) -> bool:
@@ -211,6 +242,12 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
                         generator=torch.Generator().manual_seed(config.seed))
     optimizer = build_optimizer(model, config, fused=device.type == "cuda" and not deepspeed)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    step_model, step_loss = model, task.compute_loss  # what each micro-batch calls (compiled or not)
+    compiled = resolve_compile(config, device.type == "cuda", deepspeed, is_quantized(model))
+    if compiled:
+        step_model, step_loss = compiled_step(task, model, config, world)
+        if main:
+            log.info("compiling the training step (torch.compile, backend %s)", config.compile_backend)
 
     batches_per_epoch = len(loader)  # per rank
     steps_per_epoch = math.ceil(batches_per_epoch / config.grad_accum)
@@ -271,7 +308,7 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
         for batch in epoch_loader:
             set_lr(optimizer, config.lr * lr_multiplier(state.step, config.warmup_steps, total_steps, config.schedule))
             with accelerator.accumulate(model):
-                loss, tokens = task.compute_loss(model, batch)  # (), target tokens in this micro-batch
+                loss, tokens = step_loss(step_model, batch)  # (), target tokens in this micro-batch
                 accelerator.backward(loss)
                 grad_norm = None
                 if accelerator.sync_gradients and config.max_grad_norm > 0:
@@ -362,6 +399,7 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
         name = config.model_name or out.name
         backend = (f"DeepSpeed ZeRO-{accelerator.state.deepspeed_plugin.zero_stage}" if deepspeed
                    else f"{accelerator.distributed_type.value} ({accelerator.mixed_precision})")
+        backend += ", torch.compile" if compiled else ""
         card = render_model_card(name=name, paper=task.paper, model=full, config=config, summary=summary,
                                  backend=backend)
         (tmp_dir / "MODEL_CARD.md").write_text(card)

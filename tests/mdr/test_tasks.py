@@ -63,6 +63,30 @@ def test_three_stages_end_to_end(config, codec, examples, gpt2, tmp_path):
     assert (tmp_path / "decoder" / "tokenizer" / "tokenizer.json").exists()
 
 
+def test_each_stage_step_is_one_graph_without_host_syncs(config, codec, examples, gpt2, tmp_path):
+    """torch.compile captures each stage's whole compute_loss (forward + loss) as one graph: no graph
+    break, so no data-dependent branch or read-back (``.item()``, boolean indexing) stalls the GPU
+    in a training step, and the compiled step (TrainConfig.compile) fuses the whole of it."""
+    import torch._dynamo as dynamo
+
+    def graphs(task, model):
+        batch = task.collate([task.train_dataset()[i] for i in range(4)])
+        explained = dynamo.explain(task.compute_loss)(model.train(), batch)
+        return explained.graph_count, [str(r.reason)[:120] for r in explained.break_reasons]
+
+    dynamo.reset()
+    teacher_task = MDRTeacherTask(config, examples, None, codec, gpt2)
+    teacher = teacher_task.build_model()
+    assert graphs(teacher_task, teacher) == (1, [])
+    teacher_task.save_final(teacher, tmp_path / "teacher")
+    frozen = MDRTeacher.load(tmp_path / "teacher")
+    student_task = MDRStudentTask(config, examples, None, codec, frozen, gpt2)
+    assert graphs(student_task, student_task.build_model()) == (1, [])
+    decoder_task = MDRDecoderTask(config, examples, None, codec, frozen,
+                                  {e.id: torch.randn(frozen.hidden) for e in examples})
+    assert graphs(decoder_task, decoder_task.build_model()) == (1, [])
+
+
 def test_with_the_project_tokenizer_and_gpt2_builder(config, examples, tmp_path):
     from pipelines.models.tokenizers import train_bpe_tokenizer
     from pipelines.mdr.tasks import gpt2_factory

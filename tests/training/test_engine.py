@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pipelines.errors import ConfigError
-from pipelines.training.engine import TrainConfig, resolve_precision, step_seed, train
+from pipelines.training.engine import TrainConfig, resolve_compile, resolve_precision, step_seed, train
 from pipelines.training.schedule import lr_multiplier
 from tests.training.tiny_task import TinyLMTask
 
@@ -262,6 +262,31 @@ def test_an_interrupted_length_grouped_run_resumes_to_the_same_weights(tmp_path,
     assert summary.resumed_from_step == 5 and summary.final_step == 10
     assert [i for b in resumed.seen for i in b] == [i for b in whole.seen[5:] for i in b]
     torch.testing.assert_close(resumed.model.weight, whole.model.weight)
+
+
+@pytest.mark.parametrize("setting, cuda, deepspeed, quantized, expected", [
+    ("auto", True, False, False, True), ("auto", False, False, False, False), ("auto", True, True, False, False),
+    ("auto", True, False, True, False), (True, False, False, False, True), (False, True, False, False, False)])
+def test_when_the_step_is_compiled(tmp_path, setting, cuda, deepspeed, quantized, expected):
+    cfg = TrainConfig(output_dir=str(tmp_path), compile=setting)
+    assert resolve_compile(cfg, cuda, deepspeed, quantized) is expected
+
+
+def test_a_compiled_step_trains_like_the_eager_one(tmp_path, one_thread):
+    """The compiled step (the task's whole compute_loss, captured by dynamo; aot_eager keeps the test fast:
+    the same graphs, no code generation) follows the eager run's loss curve."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    kw = dict(lr=3e-3, max_steps=4, batch_size=4, save_every=100, early_stopping_patience=None, log_every=1)
+    eager = train(TinyLMTask(n_train=16, n_valid=0, dropout=0.0), TrainConfig(
+        output_dir=str(tmp_path / "eager"), compile=False, **kw), progress=False)
+    compiled = train(TinyLMTask(n_train=16, n_valid=0, dropout=0.0), TrainConfig(
+        output_dir=str(tmp_path / "compiled"), compile=True, compile_backend="aot_eager", **kw), progress=False)
+    assert [s for s, _ in compiled.train_losses] == [1, 2, 3, 4]
+    for (_, a), (_, b) in zip(eager.train_losses, compiled.train_losses):
+        assert a == pytest.approx(b, rel=1e-4)
+    assert "torch.compile" in (tmp_path / "compiled" / "final" / "MODEL_CARD.md").read_text()
 
 
 def test_dropout_rng_depends_on_step_and_rank_only():
