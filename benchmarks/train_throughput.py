@@ -1,15 +1,31 @@
-"""Training throughput: mnemos' engine vs a plain Hugging Face Trainer on GPT-2-124M, same batch and length.
+"""Training throughput of the MDR stages: mnemos' engine vs a plain Hugging Face Trainer loop.
 
-    python benchmarks/train_throughput.py                  # GPU: GPT-2 124M, seq 512, batch 16, bf16
-    python benchmarks/train_throughput.py --compile        # engine with torch.compile (TrainConfig.compile)
-    python benchmarks/train_throughput.py --tiny           # CPU smoke run: tiny GPT-2, seq 64, batch 8
+    python benchmarks/train_throughput.py                      # GPU: the three MDR stages at paper size, batch 32
+    python benchmarks/train_throughput.py --stages teacher,lm  # some stages; lm = GPT-2 LM, seq 512, batch 16
+    python benchmarks/train_throughput.py --compile false      # the engine without its compiled step
+    python benchmarks/train_throughput.py --tiny               # CPU smoke run (tiny GPT-2, short texts)
 
-Each contender runs in its own subprocess on random token ids (throughput does not depend on
-the text). Tokens/s counts predicted tokens, B x (T - 1) per step, over the steps after
-``--skip`` warm-up steps (compilation, allocator warm-up). Model FLOPs utilisation follows
-PaLM / nanoGPT: FLOPs per token = 6 N + 12 L H Q T (N parameters, L layers, H heads, Q head
-size, T sequence length), MFU = tokens/s x FLOPs per token / peak bf16 FLOP/s of the device.
-Prints one JSON line per contender, then the ratio engine / HF Trainer.
+Stages (seed 001, section 3): ``teacher`` (Enc_teacher(R) -> R_TE, Dec_teacher(Q, R_TE) -> R, L_teacher),
+``student`` (frozen-teacher features of Q, P and every history round, student encoder + Memory
+Net, L_sentence), ``decoder`` (prefix decoder on R^(K), weights from the frozen teacher's token
+features, L_token) and ``lm`` (plain GPT-2 language modelling, the shape of the issue's reference
+MFU figures). Each MDR stage trains through its own TrainTask (the real item builders, collate
+and loss) on random examples filled to the configured maxima (MDRConfig: Q 64, R 64, P 128 tokens,
+32 history rounds of 128), written as words "w<id>" of a word-level tokenizer with GPT-2's
+50,257 entries, so every batch has the paper-size shape. Model: GPT-2 124M (12 x 768), no dropout.
+
+- engine: ``pipelines.training.train`` with its own defaults (on CUDA: bf16 autocast, fused AdamW,
+  the compiled training step: TrainConfig.compile = auto);
+- hf: ``transformers.Trainer`` on the same task's model, collate and loss (compute_loss overridden),
+  bf16, its default optimizer; the same batch size and data.
+
+Each contender runs in its own subprocess. The device is synchronised only at the edges of the
+timed window (the steps after ``--skip`` warm-up steps: compilation, allocator), never per step,
+so the CPU may run ahead of the GPU as in a real run. Reported per contender: steps/s, examples/s,
+tokens/s (the stage's own count: target tokens; sentences for the student), input tokens/s (every
+id any model reads), model FLOPs per step (torch.utils.flop_counter over one forward + backward of
+the stage, frozen-teacher forwards included), MFU = FLOP/s over the device's dense bf16 peak, and
+peak memory; then, per stage, the engine/HF ratio of steps/s (the same batches on both sides).
 """
 
 from __future__ import annotations
@@ -17,7 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import random
 import subprocess
 import sys
 import tempfile
@@ -28,47 +44,87 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# Dense bf16 peak (vendor data sheets), for MFU.
+# Dense bf16 peak (vendor data sheets, SXM parts), for MFU.
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.1, "A40": 149.7}
+STAGES = ("teacher", "student", "decoder", "lm")
+GPT2_VOCAB = 50257
 
 
-def _spec(args):
-    from pipelines.models.gpt2 import GPT2_SPECS, GPT2Spec
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# --- the stages' tasks on random paper-shaped data ------------------------------------------------
+
+def word_codec(vocab: int):
+    """A Codec whose text "w5 w17" is the ids [5, 17]: a word-level tokenizer of ``vocab`` entries, the
+    last one GPT-2's <|endoftext|> (eos, sep and pad of MDR's layouts)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    from pipelines.mdr.text import Codec
+
+    words = {f"w{i}": i for i in range(vocab - 1)}
+    words["<|endoftext|>"] = vocab - 1
+    tok = Tokenizer(WordLevel(words, unk_token="<|endoftext|>"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    return Codec(tok)
+
+
+def mdr_config(args):
+    from pipelines.mdr.config import MDRConfig
 
     if args.tiny:
-        return GPT2Spec(n_layer=2, n_head=2, n_embd=64, n_positions=args.seq_len, dropout=0.0)
-    paper = GPT2_SPECS["paper"]
-    return GPT2Spec(n_layer=paper.n_layer, n_head=paper.n_head, n_embd=paper.n_embd, n_positions=1024, dropout=0.0)
+        return MDRConfig(max_query_tokens=12, max_response_tokens=12, max_persona_tokens=16, max_history_tokens=16,
+                         max_history_rounds=4)
+    return MDRConfig()
 
 
-class RandomTokens:
-    """(n, T) random token ids; items are dicts so both the engine and HF Trainer can read them."""
+def random_examples(n: int, cfg, vocab: int, seed: int):
+    """``n`` MDRExamples whose every text fills its token budget (so all batches share one shape)."""
+    from pipelines.data.tasks import MDRExample
 
-    def __init__(self, n: int, seq_len: int, vocab: int, seed: int = 0):
-        import torch
+    rng = random.Random(seed)
 
-        self.ids = torch.randint(0, vocab, (n, seq_len), generator=torch.Generator().manual_seed(seed))
+    def text(k: int) -> str:
+        return " ".join(f"w{rng.randrange(vocab - 1)}" for _ in range(k))
 
-    def __len__(self):
-        return self.ids.shape[0]
-
-    def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+    half = (cfg.max_history_tokens - 1) // 2
+    rounds = cfg.max_history_rounds if cfg.max_history_rounds is not None else 32
+    return [MDRExample(persona=[text(cfg.max_persona_tokens)],
+                       history=[(text(half), text(cfg.max_history_tokens - half)) for _ in range(rounds)],
+                       query=text(cfg.max_query_tokens), response=text(cfg.max_response_tokens),
+                       episode_id=f"e{i}", session_id=f"s{i}", turn_id=f"t{i}") for i in range(n)]
 
 
 class LMTask:
-    paper = "throughput benchmark (GPT-2 124M, Radford et al. 2019)"
+    """Plain GPT-2 language modelling on random ids (B, T): the shape of the issue's reference figures."""
 
-    def __init__(self, args):
+    paper = "throughput benchmark (GPT-2 124M language modelling)"
+
+    def __init__(self, args, n: int):
+        import torch
+
         self.args = args
+        self.ids = torch.randint(0, args.vocab, (n, args.seq_len), generator=torch.Generator().manual_seed(0))
 
     def build_model(self):
         from pipelines.models.gpt2 import build_gpt2
 
-        return build_gpt2(_spec(self.args), self.args.vocab)
+        return build_gpt2(gpt2_spec(self.args), self.args.vocab)
 
     def train_dataset(self):
-        return RandomTokens(self.args.batch_size * self.args.steps, self.args.seq_len, self.args.vocab)
+        return [{"input_ids": row} for row in self.ids]
 
     def valid_dataset(self):
         return None
@@ -76,129 +132,214 @@ class LMTask:
     def collate(self, items):
         import torch
 
-        return {"input_ids": torch.stack([it["input_ids"] for it in items])}  # (B, T)
+        return {"input_ids": torch.stack([it["input_ids"] for it in items])}   # (B, T)
 
     def compute_loss(self, model, batch):
         ids = batch["input_ids"]
         return model(input_ids=ids, labels=ids).loss, ids.shape[0] * (ids.shape[1] - 1)
 
     def save_final(self, model, out_dir):
-        model.config.save_pretrained(out_dir)  # weights are not needed for a throughput number
+        model.config.save_pretrained(out_dir)   # a throughput run needs no weights
 
 
-def run_engine(args) -> dict:
+def gpt2_spec(args):
+    from pipelines.models.gpt2 import GPT2_SPECS, GPT2Spec
+
+    base = GPT2Spec(n_layer=2, n_head=2, n_embd=64) if args.tiny else GPT2_SPECS["paper"]
+    return GPT2Spec(n_layer=base.n_layer, n_head=base.n_head, n_embd=base.n_embd, n_positions=max(
+        args.seq_len, 256), dropout=0.0)
+
+
+def build_task(stage: str, args):
+    """The stage's TrainTask over ``args.batch_size * 4`` random examples (the engine cycles epochs)."""
+    import torch
+
+    n = args.batch_size * 4
+    if stage == "lm":
+        return LMTask(args, n)
+    from pipelines.mdr.tasks import MDRDecoderTask, MDRStudentTask, MDRTeacherTask
+    from pipelines.models.gpt2 import build_gpt2
+
+    codec, cfg = word_codec(args.vocab), mdr_config(args)
+    spec = gpt2_spec(args)
+
+    def gpt2():
+        return build_gpt2(spec, codec.vocab_size, bos_token_id=codec.eos_id, eos_token_id=codec.eos_id,
+                          pad_token_id=codec.pad_id)
+
+    examples = random_examples(n, cfg, codec.vocab_size, seed=0)
+    if stage == "teacher":
+        return MDRTeacherTask(cfg, examples, None, codec, gpt2)
+    teacher = MDRTeacherTask(cfg, examples[:1], None, codec, gpt2).build_model()   # random weights, frozen
+    if stage == "student":
+        return MDRStudentTask(cfg, examples, None, codec, teacher, gpt2)
+    features = {e.id: torch.randn(teacher.hidden, generator=torch.Generator().manual_seed(i))
+                for i, e in enumerate(examples)}
+    return MDRDecoderTask(cfg, examples, None, codec, teacher, features, gpt2)
+
+
+def batch_counts(stage: str, batch) -> tuple[int, int]:
+    """(the stage's tokens, every input id any model reads) of one collated batch."""
+    from pipelines.mdr.text import IGNORE
+
+    if stage == "lm":
+        ids = batch["input_ids"]
+        return ids.shape[0] * (ids.shape[1] - 1), ids.numel()
+    inputs = int(sum(v.sum() for k, v in batch.items() if k.endswith("_mask")))
+    if stage == "student":
+        return int(batch["q_ids"].shape[0]), inputs
+    return int((batch["labels"] != IGNORE).sum()), inputs
+
+
+def step_flops(task, batch) -> int:
+    """Model FLOPs of one forward + backward of ``task`` on ``batch`` (matmuls and attention)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    device = "cuda" if _cuda() else "cpu"
+    model = task.build_model().to(device).train()
+    batch = {k: v.to(device) for k, v in batch.items()}
+    with FlopCounterMode(display=False) as counter, torch.autocast(device, torch.bfloat16, enabled=_cuda()):
+        loss, _ = task.compute_loss(model, batch)
+        loss.backward()
+    flops = counter.get_total_flops()
+    del model, loss
+    if _cuda():
+        torch.cuda.empty_cache()
+    return int(flops)
+
+
+# --- the two contenders ------------------------------------------------------------------------
+
+def run_engine(task, args) -> dict:
+    """Steady-state steps/s of the engine: the callback fires at each logged window, right after the
+    engine synchronised the device; the first window (``--skip`` steps) is warm-up."""
+    import torch
+
     from pipelines.training.engine import TrainConfig, train
 
-    windows: list[float] = []
-
-    def record(step, metrics):
-        if "train/tokens_per_s" in metrics and step > args.skip:
-            windows.append(metrics["train/tokens_per_s"])
-
+    stamps: list[float] = []
     with tempfile.TemporaryDirectory() as out:
         cfg = TrainConfig(output_dir=out, lr=1e-4, warmup_steps=0, max_steps=args.steps, batch_size=args.batch_size,
-                          save_every=10**9, eval_every=10**9, log_every=args.log_every, early_stopping_patience=None,
-                          compile=args.compile, keep_checkpoints=1)
-        summary = train(LMTask(args), cfg, progress=False, callback=record)
-    # windows hold equal token counts, so the steady-state rate is their harmonic mean
-    return {"tokens_per_s": statistics.harmonic_mean(windows), "peak_memory_bytes": summary.peak_memory_bytes}
+                          save_every=10**9, eval_every=10**9, log_every=args.skip, early_stopping_patience=None,
+                          keep_checkpoints=1, compile={"auto": "auto", "true": True, "false": False}[args.compile])
+        if _cuda():
+            torch.cuda.reset_peak_memory_stats()
+        train(task, cfg, progress=False, callback=lambda step, metrics: stamps.append(time.perf_counter()))
+    timed_steps = args.steps - args.skip    # stamps[0] closes the warm-up window, stamps[-1] the last step
+    return {"steps_per_s": timed_steps / (stamps[-1] - stamps[0])}
 
 
-def run_hf_trainer(args) -> dict:
+def run_hf(task, args) -> dict:
+    """Steady-state steps/s of transformers.Trainer, timed from the end of step ``--skip`` to the last."""
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from pipelines.models.gpt2 import build_gpt2
+    stamps: dict[int, float] = {}
 
-    cuda = torch.cuda.is_available()
-    times: list[float] = []
-
-    class StepTimer(TrainerCallback):
+    class Edges(TrainerCallback):
         def on_step_end(self, targs, state, control, **kw):
-            if cuda:
-                torch.cuda.synchronize()
-            times.append(time.perf_counter())
+            if state.global_step in (args.skip, args.steps):
+                _sync()
+                stamps[state.global_step] = time.perf_counter()
 
+    class StageTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            return task.compute_loss(model, inputs)[0]
+
+    cuda = _cuda()
     with tempfile.TemporaryDirectory() as out:
         targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.batch_size, max_steps=args.steps,
                                   learning_rate=1e-4, bf16=cuda, use_cpu=not cuda, report_to="none",
-                                  save_strategy="no", logging_strategy="no", dataloader_drop_last=True, seed=2022)
-        model = build_gpt2(_spec(args), args.vocab)
-        trainer = Trainer(model=model, args=targs, callbacks=[StepTimer()],
-                          train_dataset=RandomTokens(args.batch_size * args.steps, args.seq_len, args.vocab))
+                                  save_strategy="no", logging_strategy="no", dataloader_drop_last=True, seed=2022,
+                                  remove_unused_columns=False)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        trainer = StageTrainer(model=task.build_model(), args=targs, train_dataset=task.train_dataset(),
+                               data_collator=task.collate, callbacks=[Edges()])
         trainer.train()
-    steady = times[args.skip:]
-    per_step = (steady[-1] - steady[0]) / (len(steady) - 1)
-    peak = torch.cuda.max_memory_allocated() if cuda else 0
-    return {"tokens_per_s": args.batch_size * (args.seq_len - 1) / per_step, "peak_memory_bytes": int(peak)}
-
-
-def flops_per_token(args) -> float:
-    spec = _spec(args)
-    n_params = 12 * spec.n_layer * spec.n_embd ** 2 + args.vocab * spec.n_embd + spec.n_positions * spec.n_embd
-    q = spec.n_embd // spec.n_head
-    return 6 * n_params + 12 * spec.n_layer * spec.n_head * q * args.seq_len
+    return {"steps_per_s": (args.steps - args.skip) / (stamps[args.steps] - stamps[args.skip])}
 
 
 def child(args) -> int:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = True
-    result = run_engine(args) if args.only == "engine" else run_hf_trainer(args)
-    result["contender"] = args.only
+    task = build_task(args.stage, args)
+    batch = task.collate([task.train_dataset()[i] for i in range(args.batch_size)])
+    tokens, inputs = batch_counts(args.stage, batch)
+    flops = step_flops(task, batch) if args.only == "engine" else None
+    result = run_engine(task, args) if args.only == "engine" else run_hf(task, args)
+    sps = result["steps_per_s"]
+    result.update(stage=args.stage, contender=args.only, batch_size=args.batch_size, examples_per_s=sps *
+                  args.batch_size, tokens_per_s=sps * tokens, input_tokens_per_s=sps * inputs,
+                  tokens_per_step=tokens, input_tokens_per_step=inputs, flops_per_step=flops,
+                  peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if _cuda() else None)
     print("RESULT " + json.dumps(result), flush=True)
     return 0
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny GPT-2, seq 64, batch 8")
-    ap.add_argument("--seq-len", type=int, default=None)
-    ap.add_argument("--batch-size", type=int, default=None)
-    ap.add_argument("--steps", type=int, default=None, help="optimizer steps per contender")
+    ap.add_argument("--stages", default="teacher,student,decoder", help=f"comma-separated, of {', '.join(STAGES)}")
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny GPT-2, short texts, batch 4")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: 32 (MDR), 16 for lm, 4 with --tiny")
+    ap.add_argument("--seq-len", type=int, default=None, help="lm only (default 512; 64 with --tiny)")
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps per contender (a multiple of --skip)")
     ap.add_argument("--skip", type=int, default=None, help="warm-up steps left out of the timing")
-    ap.add_argument("--vocab", type=int, default=50257)
-    ap.add_argument("--compile", action="store_true", help="engine with torch.compile")
-    ap.add_argument("--log-every", type=int, default=1, help="engine: steps per logged window (each log syncs)")
+    ap.add_argument("--compile", choices=["auto", "true", "false"], default="auto", help="engine: TrainConfig.compile")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device bf16 peak for MFU (default: by name)")
+    ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    ap.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     ap.add_argument("--only", choices=["engine", "hf"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    defaults = (64, 8, 12, 3) if args.tiny else (512, 16, 60, 10)
-    args.seq_len = args.seq_len or defaults[0]
-    args.batch_size = args.batch_size or defaults[1]
-    args.steps = args.steps or defaults[2]
-    args.skip = args.skip if args.skip is not None else defaults[3]
-    if args.tiny:
-        args.vocab = min(args.vocab, 512)
+    args.vocab = 512 if args.tiny else GPT2_VOCAB
+    args.seq_len = args.seq_len or (64 if args.tiny else 512)
+    args.skip = args.skip or (2 if args.tiny else 10)
+    args.steps = args.steps or args.skip * (3 if args.tiny else 6)
+    if args.steps % args.skip or args.steps <= args.skip:
+        ap.error("--steps must be a multiple of --skip and larger than it (the engine times whole windows)")
     if args.only:
+        args.batch_size = args.batch_size or (4 if args.tiny else 16 if args.stage == "lm" else 32)
         return child(args)
 
-    results = {}
-    for contender in ("engine", "hf"):
-        cmd = [sys.executable, __file__, "--only", contender, "--seq-len", str(args.seq_len), "--batch-size",
-               str(args.batch_size), "--steps", str(args.steps), "--skip", str(args.skip), "--vocab", str(args.vocab),
-               "--log-every", str(args.log_every)]
-        cmd += ["--tiny"] if args.tiny else []
-        cmd += ["--compile"] if args.compile and contender == "engine" else []
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-        if done.returncode != 0 or not lines:
-            sys.stderr.write(done.stderr[-4000:])
-            return 1
-        results[contender] = json.loads(lines[-1][len("RESULT "):])
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        ap.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    device = "cpu"
+    if _cuda():
+        import torch
 
-    import torch
-
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        device = torch.cuda.get_device_name()
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device), None)
-    fpt = flops_per_token(args)
-    for name, res in results.items():
-        res.update(device=device, seq_len=args.seq_len, batch_size=args.batch_size,
-                   compile=args.compile and name == "engine")
-        if peak and device != "cpu":
-            res["mfu"] = res["tokens_per_s"] * fpt / (peak * 1e12)
-        print(json.dumps({name: res}))
-    print(json.dumps({"ratio_engine_over_hf": results["engine"]["tokens_per_s"] / results["hf"]["tokens_per_s"]}))
+    report = {"device": device, "peak_bf16_tflops": peak, "stages": {}}
+    for stage in stages:
+        results = {}
+        for contender in ("engine", "hf"):
+            cmd = [sys.executable, __file__, "--stage", stage, "--only", contender, "--steps", str(args.steps),
+                   "--skip", str(args.skip), "--seq-len", str(args.seq_len), "--compile", args.compile]
+            cmd += ["--tiny"] if args.tiny else []
+            cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+            if done.returncode != 0 or not lines:
+                sys.stderr.write(done.stdout[-2000:] + done.stderr[-6000:])
+                return 1
+            results[contender] = json.loads(lines[-1][len("RESULT "):])
+        flops = results["engine"]["flops_per_step"]
+        for res in results.values():
+            res["flops_per_step"] = flops
+            if peak and device != "cpu":
+                res["mfu"] = res["steps_per_s"] * flops / (peak * 1e12)
+            print(json.dumps(res))
+        ratio = results["engine"]["steps_per_s"] / results["hf"]["steps_per_s"]
+        report["stages"][stage] = {**results, "ratio_engine_over_hf": ratio}
+        print(json.dumps({"stage": stage, "ratio_engine_over_hf": round(ratio, 3)}), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1))
     return 0
 
 
