@@ -1,51 +1,54 @@
 """Training throughput of EMMA's QLoRA dialogue module: the project's engine vs HF Seq2SeqTrainer.
 
-Both sides train the same model: a T5 of FLAN-T5-Large's architecture (pipelines.models.t5 spec
-"flan-t5-large", random init: no hub), frozen base in 4-bit NF4 with double quantisation (bitsandbytes),
-LoRA r=32, alpha=32, dropout 0.1 on every linear layer (peft), inputs up to 1024 and targets up to 64
-tokens, lr 1e-3 (seed 000, Appendix E.1), bf16 compute on CUDA, the same examples in the same batches.
+    python benchmarks/emma_throughput.py                        # GPU: FLAN-T5-Large size, batch 32, checkpointing
+    python benchmarks/emma_throughput.py --no-gradient-checkpointing --batch-size 8
+    python benchmarks/emma_throughput.py --contenders engine,hf,hf-grouped --engine-compile true
+    python benchmarks/emma_throughput.py --spec tiny --steps 6 --skip 2 --batch-size 4 --max-source 128  # CPU smoke
 
-- engine: pipelines.training.train over pipelines.emma.dialogue.EMMADialogueTask's model and loss;
-- hf: transformers.Seq2SeqTrainer with the same peft model.
+Both sides train the same model, built by ``pipelines.emma.dialogue.build_dialogue_model``: a T5 of
+FLAN-T5-Large's architecture (spec "flan-t5-large", random init: no hub), frozen base in 4-bit NF4
+with double quantisation (bitsandbytes), LoRA r=32, alpha=32, dropout 0.1 on every linear layer
+(peft), inputs up to 1024 and targets up to 64 tokens, lr 1e-3 (seed 000, Appendix E.1), bf16
+autocast on CUDA, gradient checkpointing on both sides unless ``--no-gradient-checkpointing``
+(the issue's peer: batch 32 with checkpointing, 12.4k tokens/s at 13.8 GiB on an H100).
 
-Examples are random token ids whose lengths follow EMMA's three tasks (seeded; an assumption written
-here, since MiSC is not shipped): generation 60 % (source 128-1024, target 8-48 tokens), summarisation
-10 % (source 256-1024, target 16-64), linking 30 % (source 32-96, target 1-2). Length bucketing
-(``--bucketing``): examples are sorted by source length into batches and the batches shuffled (the
-engine reads one bucketed batch per dataset item; HF uses its length-grouped sampler), against plain
-random batches. Reported per backend: tokens/s (non-pad source + target tokens), target tokens/s, the
-share of padding, peak GPU memory, and the engine/HF ratio. Warm-up steps are excluded from timing.
-HF's length-grouped sampler forms its own batches from the same examples, so its token counts are those
-of the engine's batches over the same number of steps (equal in expectation, not batch for batch).
+- ``engine``: ``pipelines.training.train`` as the emma_dialogue stage runs it: micro-batches of
+  similar lengths (``TrainConfig.group_by_length``, the stage's default), the step free of host
+  synchronisation;
+- ``hf``: ``transformers.Seq2SeqTrainer`` with its defaults (random batches), the peer of the issue;
+- ``hf-grouped`` (optional): the same with its ``group_by_length`` sampler, for reference.
 
-Measured on one H100 (flan-t5-large, batch 8, 10 steps of which 7 timed; a short run, noisy):
-engine 4134 tokens/s bucketed (padding 6 %), 3516 random (padding 51 %); HF Seq2SeqTrainer 4506 and 3471;
-engine/HF 0.92 bucketed, 1.01 random; peak memory 55 GiB on both (batch 16 runs out of 80 GiB without
-gradient checkpointing: T5's attention with its position bias is materialised).
-
-    python benchmarks/emma_throughput.py --spec flan-t5-large --batch-size 8 --steps 40 \\
-        --out reports/emma_throughput.json
-    python benchmarks/emma_throughput.py --spec tiny --steps 4 --warmup 1 --max-source 128   # CPU smoke run
+Examples are random token ids whose lengths follow EMMA's three tasks mixed in training (seeded;
+an assumption written here, since MiSC is not shipped): generation 60 % (source 128-1024, target
+8-48 tokens), summarisation 10 % (source 256-1024, target 16-64), linking 30 % (source 32-96,
+target 1-2). Each contender runs in its own subprocess over the same examples; its collate
+records the real (non-pad) source + target tokens of every batch it builds, in order, and the
+device is synchronised only at the edges of the timed window (the steps after ``--skip``).
+Reported: tokens/s (real tokens), the share of padding, steps/s, peak GPU memory, and the ratio
+of each contender's tokens/s to ``hf``'s, with its peak memory beside.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
+import os
 import random
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from pipelines.emma.dialogue import EMMADialogueConfig, build_dialogue_model, save_random_base
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 MIX = (("generation", 0.6, (128, 1024), (8, 48)), ("summarize", 0.1, (256, 1024), (16, 64)),
        ("link", 0.3, (32, 96), (1, 2)))
 VOCAB = 32128  # FLAN-T5's vocabulary
+CONTENDERS = ("engine", "hf", "hf-grouped")
 
 
 @dataclass(frozen=True)
@@ -76,176 +79,185 @@ def make_examples(n: int, max_source: int, max_target: int, seed: int) -> list[t
     return out
 
 
-def make_batches(examples, batch_size: int, bucketing: bool, seed: int) -> list[list[tuple[list[int], list[int]]]]:
-    rng = random.Random(seed)
-    order = list(range(len(examples)))
-    if bucketing:
-        order.sort(key=lambda i: len(examples[i][0]))
-    else:
-        rng.shuffle(order)
-    batches = [[examples[i] for i in order[k:k + batch_size]] for k in range(0, len(order), batch_size)]
-    rng.shuffle(batches)
-    return [b for b in batches if len(b) == batch_size]
+class RecordingCollate:
+    """Pads (source, target) pairs to a batch and records (real tokens, padded positions) per batch."""
+
+    def __init__(self):
+        self.batches: list[tuple[int, int]] = []
+
+    def __call__(self, pairs) -> dict:
+        import torch
+
+        pairs = [(p["input_ids"], p["labels"]) if isinstance(p, dict) else p for p in pairs]
+        s_len, t_len = max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs)
+        input_ids = torch.zeros((len(pairs), s_len), dtype=torch.long)
+        labels = torch.full((len(pairs), t_len), -100, dtype=torch.long)
+        for b, (s, t) in enumerate(pairs):
+            input_ids[b, : len(s)], labels[b, : len(t)] = torch.tensor(s), torch.tensor(t)
+        self.batches.append((sum(len(s) + len(t) for s, t in pairs), len(pairs) * (s_len + t_len)))
+        return {"input_ids": input_ids, "attention_mask": (input_ids != 0).long(), "labels": labels}
 
 
-def pad_batch(pairs) -> dict[str, torch.Tensor]:
-    s_len, t_len = max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs)
-    input_ids = torch.zeros((len(pairs), s_len), dtype=torch.long)
-    labels = torch.full((len(pairs), t_len), -100, dtype=torch.long)
-    for b, (s, t) in enumerate(pairs):
-        input_ids[b, : len(s)], labels[b, : len(t)] = torch.tensor(s), torch.tensor(t)
-    return {"input_ids": input_ids, "attention_mask": (input_ids != 0).long(), "labels": labels}
-
-
-def token_counts(batches) -> tuple[int, int, int]:
-    """(non-pad source + target tokens, target tokens, padded positions) over ``batches``."""
-    real = sum(len(s) + len(t) for b in batches for s, t in b)
-    target = sum(len(t) for b in batches for _, t in b)
-    padded = sum(len(b) * (max(len(s) for s, _ in b) + max(len(t) for _, t in b)) for b in batches)
-    return real, target, padded
-
-
-class BucketedTask:
-    """The engine's TrainTask over pre-built batches: item i is batch i (the engine's batch_size is 1)."""
+class IdsTask:
+    """The emma_dialogue task's model and loss over examples that are already token ids."""
 
     paper = "EMMA (arXiv 2410.02503), Appendix E.1: QLoRA FLAN-T5-Large (throughput benchmark)"
 
-    def __init__(self, cfg: EMMADialogueConfig, batches, base_dir: str):
-        self.cfg, self.batches, self.base_dir = cfg, batches, base_dir
+    def __init__(self, cfg, examples, base_dir: str, collate: RecordingCollate):
+        self.cfg, self.examples, self.base_dir, self.collate = cfg, examples, base_dir, collate
 
     def build_model(self):
+        from pipelines.emma.dialogue import build_dialogue_model
+
         return build_dialogue_model(self.cfg, Vocab(), self.base_dir)
 
     def train_dataset(self):
-        return self.batches
+        return self.examples
 
     def valid_dataset(self):
         return None
 
-    def collate(self, items):
-        return pad_batch(items[0])
+    def train_lengths(self):
+        return [len(s) + len(t) for s, t in self.examples]
 
     def compute_loss(self, model, batch):
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
-        return out.loss, int((batch["labels"] != -100).sum())
+        from pipelines.emma.dialogue import seq2seq_loss
+
+        return seq2seq_loss(model, batch)
 
     def save_final(self, model, out_dir):
         model.save_pretrained(out_dir)
 
 
 def _sync() -> None:
+    import torch
+
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
 
-def run_engine(cfg, batches, base_dir, warmup: int, workdir: str) -> dict:
-    """Train with the engine in a fresh run folder (``workdir``; a used one would be resumed)."""
+def run_engine(task, cfg, args, workdir: str) -> tuple[float, float]:
+    """(start, end) of the timed window: the engine synchronises the device at each logged window."""
     from pipelines.training.engine import train
 
-    times: list[float] = []
-
-    def on_step(step, metrics):
-        _sync()
-        times.append(time.perf_counter())
-
-    task = BucketedTask(cfg, batches, base_dir)
-    tc = cfg.train_config(workdir, batch_size=1, max_steps=len(batches), epochs=1, log_every=1,
-                          save_every=10**9, early_stopping_patience=None, warmup_steps=0, schedule="constant")
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    train(task, tc, progress=False, callback=on_step)
-    return _summary(batches, times, warmup)
+    stamps: list[float] = []
+    tc = cfg.train_config(workdir, batch_size=args.batch_size, max_steps=args.steps, epochs=10**6,
+                          log_every=args.skip, save_every=10**9, early_stopping_patience=None, warmup_steps=0,
+                          schedule="constant", compile={"auto": "auto", "true": True, "false": False}[args.engine_compile])
+    train(task, tc, progress=False, callback=lambda step, metrics: stamps.append(time.perf_counter()))
+    return stamps[0], stamps[-1]
 
 
-def run_hf(cfg, batches, base_dir, warmup: int, workdir: str, bucketing: bool) -> dict:
+def run_hf(task, cfg, args, workdir: str, grouped: bool) -> tuple[float, float]:
     import dataclasses
 
+    import torch
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 
-    model = build_dialogue_model(cfg, Vocab(), base_dir)
-    examples = [{"input_ids": s, "labels": t} for b in batches for s, t in b]
-    size = len(batches[0])
+    stamps: dict[int, float] = {}
+
+    class Edges(TrainerCallback):
+        def on_step_end(self, targs, state, control, **kwargs):
+            if state.global_step in (args.skip, args.steps):
+                _sync()
+                stamps[state.global_step] = time.perf_counter()
+
     fields = {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)}
-    grouping = ({"train_sampling_strategy": "group_by_length" if bucketing else "random"}
-                if "train_sampling_strategy" in fields else {"group_by_length": bucketing})
-    args = Seq2SeqTrainingArguments(
-        output_dir=workdir, per_device_train_batch_size=size, max_steps=len(batches), learning_rate=cfg.lr,
-        lr_scheduler_type="constant", bf16=torch.cuda.is_available(), save_strategy="no", report_to=[],
-        logging_steps=10**6, remove_unused_columns=False, dataloader_num_workers=0, max_grad_norm=1.0,
-        seed=cfg.seed, **grouping)
-    times: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            _sync()
-            times.append(time.perf_counter())
-
-    collate = lambda items: pad_batch([(i["input_ids"], i["labels"]) for i in items])  # noqa: E731
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=examples, data_collator=collate,
-                             callbacks=[Clock()])
+    grouping = ({"train_sampling_strategy": "group_by_length" if grouped else "random"}
+                if "train_sampling_strategy" in fields else {"group_by_length": grouped})
+    targs = Seq2SeqTrainingArguments(
+        output_dir=workdir, per_device_train_batch_size=args.batch_size, max_steps=args.steps, learning_rate=cfg.lr,
+        lr_scheduler_type="constant", bf16=torch.cuda.is_available(), use_cpu=not torch.cuda.is_available(),
+        save_strategy="no", report_to=[], logging_strategy="no", remove_unused_columns=False,
+        dataloader_num_workers=0, max_grad_norm=1.0, seed=cfg.seed, **grouping)
+    examples = [{"input_ids": s, "labels": t} for s, t in task.examples]
+    trainer = Seq2SeqTrainer(model=task.build_model(), args=targs, train_dataset=examples,
+                             data_collator=task.collate, callbacks=[Edges()])
     trainer.train()
-    return _summary(batches, times, warmup)
+    return stamps[args.skip], stamps[args.steps]
 
 
-def _summary(batches, times: list[float], warmup: int) -> dict:
-    timed = batches[warmup + 1: len(times)]   # step i ends at times[i]; steps warmup+1.. are timed
-    seconds = times[-1] - times[warmup]
-    real, target, padded = token_counts(timed)
-    return {"steps_timed": len(timed), "seconds": seconds, "tokens_per_s": real / seconds,
-            "target_tokens_per_s": target / seconds, "padding_share": 1 - real / padded,
-            "s_per_step": seconds / len(timed),
-            "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
+def child(args) -> int:
+    import torch
+
+    from pipelines.emma.dialogue import EMMADialogueConfig, save_random_base
+
+    cfg = EMMADialogueConfig(model=args.spec, max_source_length=args.max_source, max_target_length=args.max_target,
+                             gradient_checkpointing=args.gradient_checkpointing, seed=args.seed)
+    examples = make_examples(args.batch_size * args.steps, args.max_source, args.max_target, args.seed)
+    collate = RecordingCollate()
+    with tempfile.TemporaryDirectory() as work:
+        task = IdsTask(cfg, examples, str(save_random_base(cfg, Vocab(), Path(work) / "base")), collate)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        if args.only == "engine":
+            start, end = run_engine(task, cfg, args, str(Path(work) / "run"))
+        else:
+            start, end = run_hf(task, cfg, args, str(Path(work) / "run"), grouped=args.only == "hf-grouped")
+    timed = collate.batches[args.skip: args.steps]     # batch i is built for step i + 1 (in order)
+    real, padded = sum(r for r, _ in timed), sum(p for _, p in timed)
+    seconds = end - start
+    result = {"contender": args.only, "steps_timed": len(timed), "seconds": seconds, "tokens_per_s": real / seconds,
+              "steps_per_s": len(timed) / seconds, "padding_share": 1 - real / padded,
+              "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
 
 
-def main(argv=None) -> dict:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--spec", default="flan-t5-large", help="T5 spec of pipelines.models.t5 (random init)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--steps", type=int, default=40, help="optimizer steps per backend (warm-up included)")
-    p.add_argument("--warmup", type=int, default=5, help="first steps left out of the timing")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=40, help="optimizer steps per contender (a multiple of --skip)")
+    p.add_argument("--skip", type=int, default=10, help="warm-up steps left out of the timing")
     p.add_argument("--max-source", type=int, default=1024)
     p.add_argument("--max-target", type=int, default=64)
-    p.add_argument("--bucketing", choices=("on", "off", "both"), default="both")
-    p.add_argument("--backends", default="engine,hf")
-    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_false")
+    p.add_argument("--contenders", default="engine,hf", help=f"comma-separated, of {', '.join(CONTENDERS)}")
+    p.add_argument("--engine-compile", choices=["auto", "true", "false"], default="auto",
+                   help="engine: TrainConfig.compile (auto leaves 4-bit models eager)")
     p.add_argument("--seed", type=int, default=2024)
-    p.add_argument("--out", default=None, help="JSON file for the results")
+    p.add_argument("--out", type=Path, default=None, help="JSON file for the results")
+    p.add_argument("--only", choices=CONTENDERS, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.steps <= a.warmup + 1:
-        p.error("--steps must exceed --warmup + 1 (at least two timed step ends)")
-    cfg = EMMADialogueConfig(model=a.spec, max_source_length=a.max_source, max_target_length=a.max_target,
-                             gradient_checkpointing=a.gradient_checkpointing, seed=a.seed)
-    examples = make_examples(a.batch_size * a.steps * 2, a.max_source, a.max_target, a.seed)
-    results: dict = {"spec": a.spec, "batch_size": a.batch_size, "max_source": a.max_source,
-                     "max_target": a.max_target, "device": torch.cuda.get_device_name() if torch.cuda.is_available()
-                     else "cpu", "lora_r": cfg.lora_r, "quant": "nf4+double", "runs": {}}
-    with tempfile.TemporaryDirectory() as work:
-        base = str(save_random_base(cfg, Vocab(), Path(work) / "base"))
-        for bucketing in ([True, False] if a.bucketing == "both" else [a.bucketing == "on"]):
-            batches = make_batches(examples, a.batch_size, bucketing, a.seed)[: a.steps]
-            for backend in a.backends.split(","):
-                key = f"{backend}/{'bucketed' if bucketing else 'random'}"
-                run_dir = str(Path(work) / key.replace("/", "-"))
-                if backend == "engine":
-                    results["runs"][key] = run_engine(cfg, batches, base, a.warmup, run_dir)
-                else:
-                    results["runs"][key] = run_hf(cfg, batches, base, a.warmup, run_dir, bucketing)
-                print(key, json.dumps(results["runs"][key]), flush=True)
-                gc.collect()                      # the finished run's model and optimizer leave the GPU
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-    for mode in ("bucketed", "random"):
-        e, h = results["runs"].get(f"engine/{mode}"), results["runs"].get(f"hf/{mode}")
-        if e and h:
-            results[f"engine_over_hf/{mode}"] = e["tokens_per_s"] / h["tokens_per_s"]
+    if a.steps % a.skip or a.steps <= a.skip:
+        p.error("--steps must be a multiple of --skip and larger than it (the engine times whole windows)")
+    if a.only:
+        return child(a)
+    contenders = [c.strip() for c in a.contenders.split(",") if c.strip()]
+    if "hf" not in contenders or set(contenders) - set(CONTENDERS):
+        p.error(f"--contenders must include hf and name only {', '.join(CONTENDERS)}")
+
+    import torch
+
+    report: dict = {"spec": a.spec, "batch_size": a.batch_size, "max_source": a.max_source,
+                    "max_target": a.max_target, "gradient_checkpointing": a.gradient_checkpointing,
+                    "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+                    "lora_r": 32, "quant": "nf4+double", "runs": {}}
+    for name in contenders:
+        cmd = [sys.executable, __file__, "--only", name, "--spec", a.spec, "--batch-size", str(a.batch_size),
+               "--steps", str(a.steps), "--skip", str(a.skip), "--max-source", str(a.max_source), "--max-target",
+               str(a.max_target), "--engine-compile", a.engine_compile, "--seed", str(a.seed)]
+        cmd += [] if a.gradient_checkpointing else ["--no-gradient-checkpointing"]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+        if done.returncode != 0 or not lines:
+            sys.stderr.write(done.stdout[-2000:] + done.stderr[-6000:])
+            return 1
+        report["runs"][name] = json.loads(lines[-1][len("RESULT "):])
+        print(json.dumps(report["runs"][name]), flush=True)
+    peer = report["runs"]["hf"]
+    for name, run in report["runs"].items():
+        if name != "hf":
+            report[f"{name}_over_hf"] = {"tokens_per_s": run["tokens_per_s"] / peer["tokens_per_s"],
+                                         "peak_gpu_memory_gib": [run["peak_gpu_memory_gib"],
+                                                                 peer["peak_gpu_memory_gib"]]}
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(results, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=1))
-    return results
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

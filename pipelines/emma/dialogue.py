@@ -282,6 +282,13 @@ def collate_examples(tokenizer, items: Sequence[Example], max_source: int, max_t
     return {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(), "labels": labels}
 
 
+def seq2seq_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean token cross-entropy of the targets (T5's loss over labels != -100), and the target tokens
+    as a 0-d tensor (no host sync in the training step)."""
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+    return out.loss, (batch["labels"] != -100).sum()
+
+
 # --- the training task ----------------------------------------------------------------------------
 
 class EMMADialogueTask:
@@ -320,9 +327,7 @@ class EMMADialogueTask:
         return collate_examples(self.tokenizer, items, self.config.max_source_length, self.config.max_target_length)
 
     def compute_loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
-        """Mean token cross-entropy of the targets (T5's loss over labels != -100), and the target tokens."""
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
-        return out.loss, (batch["labels"] != -100).sum()  # a 0-d tensor: no host sync
+        return seq2seq_loss(model, batch)
 
     def save_final(self, model, out_dir: str | os.PathLike) -> Path:
         """``adapter/`` (LoRA weights), ``tokenizer/``, ``base/`` (a spec's random init), ``emma_dialogue.json``."""

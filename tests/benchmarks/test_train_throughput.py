@@ -3,31 +3,19 @@ speed is measured on a GPU by hand, see the script's docstring)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "train_throughput.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("train_throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks._script import load, run
 
 
 def test_word_codec_reads_ids_written_as_words():
-    codec = _module().word_codec(512)
+    codec = load("train_throughput").word_codec(512)
     assert codec.encode("w5 w17 w510") == [5, 17, 510]
     assert codec.eos_id == codec.pad_id == 511 and codec.vocab_size == 512
 
 
 def test_examples_fill_every_budget_so_batches_share_one_shape():
-    bench = _module()
+    bench = load("train_throughput")
     args = type("Args", (), {"tiny": True, "batch_size": 4, "vocab": 512, "seq_len": 64})()
     task = bench.build_task("student", args)
     items = task.train_dataset()
@@ -39,9 +27,7 @@ def test_examples_fill_every_budget_so_batches_share_one_shape():
 
 def test_smoke_run_reports_both_contenders_and_the_ratio(tmp_path):
     out = tmp_path / "throughput.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--stages", "decoder", "--steps", "4", "--skip", "2",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run("train_throughput", "--tiny", "--stages", "decoder", "--steps", "4", "--skip", "2", "--out", str(out))
     report = json.loads(out.read_text())
     stage = report["stages"]["decoder"]
     for contender in ("engine", "hf"):
