@@ -21,6 +21,7 @@ from pipelines.training.launch import DEPLOY_DIR
     ({"early_stopping_patience": 0}, "use at least 1, or None"),
     ({"precision": "fp8"}, "choose one of auto, fp32, bf16, fp16"),
     ({"schedule": "cosine"}, "choose one of linear, constant"),
+    ({"compile": "sometimes"}, "use auto, true or false"),
     ({"adam_betas": (0.9, 1.0)}, r"must lie in \[0, 1\)"),
     ({"weight_decay": -0.1}, "cannot be negative"),
     ({"deepspeed": "deploy/deepspeed/missing.json"}, "does not exist"),
