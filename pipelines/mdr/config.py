@@ -38,6 +38,7 @@ class MDRConfig:
     max_persona_tokens: int = 128       # P tokens kept (the persona sentences joined by spaces)
     max_history_tokens: int = 128       # tokens kept of one history round "Q <sep> R"
     max_history_rounds: int | None = 32  # most recent history rounds per example (None: all)
+    precompute_teacher_features: bool = True  # stage B: teacher features of each distinct text once, before training
     memory_persona: bool = True         # empty persona -> the responder's own memories of earlier sessions
     eos_token: str = "<|endoftext|>"    # end-of-text token; also the padding id (padding is masked)
     sep_token: str | None = None        # separator between Q and R (None: eos_token, as in DialoGPT)

@@ -15,7 +15,8 @@ slot set the Memory Net attends over. A history round i is the text ``Q(i) sep R
 its teacher feature. H_P is two rounds, the most similar one and the last one (T-1), each a slot
 (in H_PTE and in H_PSE); when both are the same round it appears twice, as in equation 7. Without
 history (the first round) and without persona those slots are masked out. The teacher is frozen:
-its features are computed under ``torch.no_grad`` and its parameters never get a gradient. After
+its features are computed under ``torch.no_grad`` (or once before training, teacher_table.py)
+and its parameters never get a gradient. After
 training, :func:`cache_response_features` stores R^(K) per example so inference (stage C, the
 benchmark) does not rerun the student (section 4.2).
 """
@@ -85,21 +86,31 @@ class MDRStudent(nn.Module):
 
     def forward(self, q_ids: torch.Tensor, q_mask: torch.Tensor, p_ids: torch.Tensor, p_mask: torch.Tensor,
                 p_present: torch.Tensor, h_ids: torch.Tensor, h_mask: torch.Tensor, h_index: torch.Tensor,
-                r_ids: torch.Tensor | None = None, r_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                r_ids: torch.Tensor | None = None, r_mask: torch.Tensor | None = None,
+                q_te: torch.Tensor | None = None, p_te: torch.Tensor | None = None,
+                h_te: torch.Tensor | None = None, r_te: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Batch from :func:`pipelines.mdr.tasks.collate_student`:
 
         q_* (B, Lq); p_* (B, Lp) and p_present (B,); h_ids / h_mask (N_h, Lh) every history round of
         the batch, h_index (B, R) the row of round r of example b in h_ids (-1: none); r_* (B, Tr)
-        optional (only the loss needs R). Returns r_pred (B, H), p_k (B, H), selected (B, 2) rows
-        of h_ids used as H_P (-1 where none), and r_te (B, H) when R is given.
+        optional (only the loss needs R). q_te, p_te (B, H), h_te (N_h, H), r_te (B, H): the frozen
+        teacher's features when precomputed (teacher_table.py), else computed here. Returns r_pred
+        (B, H), p_k (B, H), selected (B, 2) rows of h_ids used as H_P (-1 where none), and r_te
+        (B, H) when R is given.
         """
         b, h = q_ids.shape[0], self.hidden
         with torch.no_grad():                                                    # frozen teacher, eqs. 4-6
-            q_te = sentence_features(self.teacher, q_ids, q_mask)               # (B, H)
-            p_te = sentence_features(self.teacher, p_ids, p_mask)               # (B, H)
-            h_rows = (sentence_features(self.teacher, h_ids, h_mask) if h_ids.shape[0] > 0
-                      else q_te.new_zeros((0, h)))                               # (N_h, H)
-            r_te = sentence_features(self.teacher, r_ids, r_mask) if r_ids is not None else None
+            if q_te is None:
+                q_te = sentence_features(self.teacher, q_ids, q_mask)           # (B, H)
+            if p_te is None:
+                p_te = sentence_features(self.teacher, p_ids, p_mask)           # (B, H)
+            if h_te is not None:
+                h_rows = h_te                                                    # (N_h, H)
+            else:
+                h_rows = (sentence_features(self.teacher, h_ids, h_mask) if h_ids.shape[0] > 0
+                          else q_te.new_zeros((0, h)))                           # (N_h, H)
+            if r_te is None and r_ids is not None:
+                r_te = sentence_features(self.teacher, r_ids, r_mask)           # (B, H)
         round_mask = h_index >= 0                                                # (B, R)
         h_te = h_rows[h_index.clamp_min(0)] if h_rows.shape[0] else q_te.new_zeros((*h_index.shape, h))
         h_te = h_te * round_mask.unsqueeze(-1)                                   # (B, R, H)

@@ -34,6 +34,7 @@ from pipelines.mdr.prefix_lm import PrefixLM
 from pipelines.mdr.student import MDRStudent, cache_response_features, compute_sentence_loss
 from pipelines.mdr.teacher import MDRTeacher, base_model, compute_teacher_loss
 from pipelines.mdr.text import IGNORE, Codec, pad
+from pipelines.mdr.teacher_table import TeacherFeatureTable, attach_features, item_sequences
 from pipelines.mdr.token_weights import check_aligned, compute_token_loss
 from pipelines.errors import ConfigError, DataError
 
@@ -203,10 +204,12 @@ class MDRStudentTask(_MDRTask):
 
     def __init__(self, config: MDRConfig, train: Sequence[MDRExample], valid: Sequence[MDRExample] | None,
                  codec: Codec, teacher: MDRTeacher, gpt2: GPT2Factory,
-                 cache_examples: Sequence[MDRExample] = (), cache_batch_size: int = 32):
+                 cache_examples: Sequence[MDRExample] = (), cache_batch_size: int = 32, progress: bool = True):
         super().__init__(config, train, valid, codec)
         self.teacher, self.gpt2 = teacher.freeze(), gpt2
         self.cache_examples, self.cache_batch_size = list(cache_examples), cache_batch_size
+        self.table: TeacherFeatureTable | None = None   # built with the datasets (config.precompute_teacher_features)
+        self.progress = progress
 
     def build_model(self) -> MDRStudent:
         cfg = self.config
@@ -218,10 +221,33 @@ class MDRStudentTask(_MDRTask):
         return MDRStudent(student, self.teacher.encoder, memory)
 
     def _item(self, example: MDRExample) -> dict:
-        return student_item(example, self.codec, self.config)
+        item = student_item(example, self.codec, self.config)
+        if self.config.precompute_teacher_features:
+            item["tabled"] = True   # its teacher features are rows of self.table (built with the datasets)
+        return item
+
+    def train_dataset(self) -> Dataset:
+        self._build_table()
+        return super().train_dataset()
+
+    def valid_dataset(self) -> Dataset | None:
+        self._build_table()
+        return super().valid_dataset()
+
+    def _build_table(self) -> None:
+        """The frozen teacher's features of every text of the training and validation items, once."""
+        if not self.config.precompute_teacher_features or self.table is not None:
+            return
+        pad_id = self.codec.pad_id
+        items = [student_item(e, self.codec, self.config) for e in [*self.train_examples, *self.valid_examples]]
+        self.table = TeacherFeatureTable(self.teacher.encoder, (s for it in items for s in item_sequences(it, pad_id)),
+                                         pad_id, progress=self.progress)
 
     def collate(self, items: list) -> dict[str, torch.Tensor]:
-        return collate_student(items, self.codec.pad_id)
+        batch = collate_student(items, self.codec.pad_id)
+        if self.table is not None and all(it.get("tabled") for it in items):
+            attach_features(batch, items, self.table)
+        return batch
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
         out = model(**batch)

@@ -9,6 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from pipelines.data.tasks import MDRExample
 from pipelines.mdr.config import MDRConfig
+from pipelines.mdr.tasks import MDRTeacherTask
 from pipelines.mdr.text import Codec
 
 EOS = "<|endoftext|>"
@@ -85,3 +86,8 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def teacher(config, codec, examples, gpt2):
+    return MDRTeacherTask(config, examples, None, codec, gpt2).build_model().freeze()

@@ -31,11 +31,6 @@ def test_history_selection_picks_the_most_similar_round_and_the_last():
     assert has.tolist() == [True, True, False]
 
 
-@pytest.fixture
-def teacher(config, codec, examples, gpt2):
-    return MDRTeacherTask(config, examples, None, codec, gpt2).build_model().freeze()
-
-
 def test_collate_flattens_history_rounds(config, codec, examples):
     items = [student_item(e, codec, config) for e in examples]
     batch = collate_student(items, codec.pad_id)
@@ -60,7 +55,7 @@ def test_forward_uses_the_selected_rounds(config, codec, examples, gpt2, teacher
     assert out["selected"].tolist() == [[-1, -1], [0, 0], [-1, -1], [1 + int(cos.argmax()), 2]]
     assert torch.allclose(out["r_te"], sentence_features(teacher.encoder, batch["r_ids"], batch["r_mask"]))
     # R is only the target: the prediction does not read it
-    no_r = {k: v for k, v in batch.items() if k not in ("r_ids", "r_mask")}
+    no_r = {k: v for k, v in batch.items() if k not in ("r_ids", "r_mask", "r_te")}
     assert torch.equal(model(**no_r)["r_pred"], out["r_pred"])
     assert "r_te" not in model(**no_r)
 
