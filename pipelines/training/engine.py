@@ -138,11 +138,22 @@ def compiled_step(task: TrainTask, model, config: TrainConfig, world: int):
     e.g. MDR's token-weighted cross-entropy over (B, T, V) logits, fused without a float32
     copy of the logits). Several processes: the DDP-wrapped model itself (torch's DDP-aware
     graph splitting at gradient buckets), the loss eagerly. Returns (model to call, step function);
-    the prepared ``model`` itself stays what accumulation, clipping and checkpoints see.
+    the prepared ``model`` itself stays what accumulation, clipping and checkpoints see. Under
+    ``compile: auto`` a backend failure falls back to eager execution; under ``true`` it raises.
     """
     if world == 1:
-        return model, torch.compile(task.compute_loss, backend=config.compile_backend)
-    return torch.compile(model, backend=config.compile_backend), task.compute_loss
+        model_to_call, step = model, torch.compile(task.compute_loss, backend=config.compile_backend)
+    else:
+        model_to_call, step = torch.compile(model, backend=config.compile_backend), task.compute_loss
+    if config.compile != "auto":
+        return model_to_call, step
+
+    def best_effort(m, batch):
+        """compile: auto is best effort: a graph the backend fails to compile runs eagerly (with a warning)."""
+        with torch._dynamo.config.patch(suppress_errors=True):
+            return step(m, batch)
+
+    return model_to_call, best_effort
 
 
 def _is_deepspeed(accelerator) -> bool:

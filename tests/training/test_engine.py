@@ -289,6 +289,31 @@ def test_a_compiled_step_trains_like_the_eager_one(tmp_path, one_thread):
     assert "torch.compile" in (tmp_path / "compiled" / "final" / "MODEL_CARD.md").read_text()
 
 
+def test_auto_compile_falls_back_to_eager_when_the_backend_fails(tmp_path, one_thread):
+    import torch._dynamo
+
+    from pipelines.training.engine import compiled_step
+
+    def failing_backend(graph_module, example_inputs):
+        raise RuntimeError("this backend compiles nothing")
+
+    torch._dynamo.reset()
+    torch._dynamo.register_backend(failing_backend, name="mnemos_test_failing")
+    task = LinearTask()
+    model = task.build_model()
+    batch = task.collate(task.train_dataset()[:4])
+    expected = task.compute_loss(model, batch)[0]
+    _, step = compiled_step(task, model, TrainConfig(output_dir=str(tmp_path), compile="auto",
+                                                     compile_backend="mnemos_test_failing"), world=1)
+    torch.testing.assert_close(step(model, batch)[0], expected)
+    torch._dynamo.reset()
+    _, strict = compiled_step(task, model, TrainConfig(output_dir=str(tmp_path), compile=True,
+                                                       compile_backend="mnemos_test_failing"), world=1)
+    with pytest.raises(Exception, match="compiles nothing"):
+        strict(model, batch)
+    torch._dynamo.reset()
+
+
 def test_dropout_rng_depends_on_step_and_rank_only():
     assert step_seed(2022, 5, 0) == step_seed(2022, 5, 0)
     assert len({step_seed(2022, s, r) for s in range(50) for r in range(4)}) == 200
