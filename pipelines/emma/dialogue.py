@@ -249,7 +249,7 @@ def build_dialogue_model(cfg: EMMADialogueConfig, tokenizer, base_ref: str | os.
         keep_4bit_trainable(model)
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
     elif cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        model.activation_checkpointing_enable()  # transformers 5 name; non-reentrant checkpoints
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [t for t in cfg.target_modules if t in present]
     if not targets:

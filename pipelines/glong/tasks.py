@@ -194,7 +194,7 @@ class GLongExtractorTask(_EncodedLMTask):
             model = prepare_model_for_kbit_training(
                 model, use_gradient_checkpointing=c.gradient_checkpointing)
         elif c.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            model.activation_checkpointing_enable()  # transformers 5 name; non-reentrant checkpoints
         lora = LoraConfig(r=c.lora_r, lora_alpha=c.lora_alpha, lora_dropout=c.lora_dropout,
                           target_modules=linear_module_names(model) if c.lora_lm_head
                           else "all-linear",

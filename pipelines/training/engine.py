@@ -95,7 +95,9 @@ def build_accelerator(config: TrainConfig):
         mixed_precision=resolve_precision(config.precision, cuda),
         gradient_accumulation_steps=config.grad_accum,
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=config.find_unused_parameters)],
-        dataloader_config=DataLoaderConfiguration(even_batches=True),
+        # pinned batches copied without blocking: a blocking copy waits for the GPU's queued work every
+        # step, so the CPU could not prepare the next step while the current one runs
+        dataloader_config=DataLoaderConfiguration(even_batches=True, non_blocking=cuda),
     )
     if config.deepspeed is not None:
         _single_process_env()

@@ -83,6 +83,28 @@ def test_train_lengths_are_the_collated_source_and_target_tokens(tiny_task):
     assert max(lengths) > 3 * min(lengths)   # the three tasks differ in length: grouping pays
 
 
+def test_gradient_checkpointing_gives_the_same_loss_and_adapter_gradients(tiny_task):
+    """Activations recomputed in backward (the paper profile's setting) change memory, not the numbers."""
+    import dataclasses
+
+    batch = tiny_task.collate(tiny_task.train_dataset()[:3])
+    results = []
+    for checkpointing in (False, True):
+        cfg = dataclasses.replace(tiny_task.config, gradient_checkpointing=checkpointing)
+        torch.manual_seed(0)
+        model = D.build_dialogue_model(cfg, tiny_task.tokenizer, tiny_task.base_ref).train()
+        assert model.base_model.model.is_gradient_checkpointing is checkpointing
+        torch.manual_seed(1)                                   # the same dropout masks
+        loss, _ = D.seq2seq_loss(model, batch)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    torch.testing.assert_close(loss_a, loss_b)
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) > 0
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6)
+
+
 def test_tiny_model_is_4bit_nf4_with_lora(tiny_task):
     import bitsandbytes as bnb
 
