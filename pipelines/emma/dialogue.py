@@ -247,7 +247,8 @@ def build_dialogue_model(cfg: EMMADialogueConfig, tokenizer, base_ref: str | os.
     model = load_base(cfg, ref, len(tokenizer))
     if cfg.load_in_4bit:
         keep_4bit_trainable(model)
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing,
+                                                gradient_checkpointing_kwargs={"use_reentrant": False})
     elif cfg.gradient_checkpointing:
         model.activation_checkpointing_enable()  # transformers 5 name; non-reentrant checkpoints
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}

@@ -192,7 +192,8 @@ class GLongExtractorTask(_EncodedLMTask):
         model = load_base(self._save_base(), c.arch, c.quantize_4bit)
         if c.quantize_4bit:
             model = prepare_model_for_kbit_training(
-                model, use_gradient_checkpointing=c.gradient_checkpointing)
+                model, use_gradient_checkpointing=c.gradient_checkpointing,
+                gradient_checkpointing_kwargs={"use_reentrant": False})
         elif c.gradient_checkpointing:
             model.activation_checkpointing_enable()  # transformers 5 name; non-reentrant checkpoints
         lora = LoraConfig(r=c.lora_r, lora_alpha=c.lora_alpha, lora_dropout=c.lora_dropout,

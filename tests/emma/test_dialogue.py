@@ -93,7 +93,7 @@ def test_gradient_checkpointing_gives_the_same_loss_and_adapter_gradients(tiny_t
         cfg = dataclasses.replace(tiny_task.config, gradient_checkpointing=checkpointing)
         torch.manual_seed(0)
         model = D.build_dialogue_model(cfg, tiny_task.tokenizer, tiny_task.base_ref).train()
-        assert model.base_model.model.is_gradient_checkpointing is checkpointing
+        assert model.base_model.model.is_activation_checkpointing is checkpointing
         torch.manual_seed(1)                                   # the same dropout masks
         loss, _ = D.seq2seq_loss(model, batch)
         loss.backward()
