@@ -26,6 +26,9 @@ tokens/s (the stage's own count: target tokens; sentences for the student), inpu
 id any model reads), model FLOPs per step (torch.utils.flop_counter over one forward + backward of
 the stage, frozen-teacher forwards included), MFU = FLOP/s over the device's dense bf16 peak, and
 peak memory; then, per stage, the engine/HF ratio of steps/s (the same batches on both sides).
+The student stage reads the frozen teacher's features from the table built with its datasets
+(mdr.precompute_teacher_features, before the timed window, on both sides); ``--online-teacher``
+runs the teacher inside every step instead (the paper-size step is then mostly teacher passes).
 """
 
 from __future__ import annotations
@@ -84,10 +87,11 @@ def word_codec(vocab: int):
 def mdr_config(args):
     from pipelines.mdr.config import MDRConfig
 
+    table = {"precompute_teacher_features": not args.online_teacher}
     if args.tiny:
         return MDRConfig(max_query_tokens=12, max_response_tokens=12, max_persona_tokens=16, max_history_tokens=16,
-                         max_history_rounds=4)
-    return MDRConfig()
+                         max_history_rounds=4, **table)
+    return MDRConfig(**table)
 
 
 def random_examples(n: int, cfg, vocab: int, seed: int):
@@ -288,6 +292,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps per contender (a multiple of --skip)")
     ap.add_argument("--skip", type=int, default=None, help="warm-up steps left out of the timing")
     ap.add_argument("--compile", choices=["auto", "true", "false"], default="auto", help="engine: TrainConfig.compile")
+    ap.add_argument("--online-teacher", action="store_true",
+                    help="student: the frozen teacher runs inside every step (no precomputed feature table)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device bf16 peak for MFU (default: by name)")
     ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     ap.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
@@ -320,6 +326,7 @@ def main(argv=None) -> int:
             cmd = [sys.executable, __file__, "--stage", stage, "--only", contender, "--steps", str(args.steps),
                    "--skip", str(args.skip), "--seq-len", str(args.seq_len), "--compile", args.compile]
             cmd += ["--tiny"] if args.tiny else []
+            cmd += ["--online-teacher"] if args.online_teacher else []
             cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                                   env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -16,13 +16,16 @@ def test_word_codec_reads_ids_written_as_words():
 
 def test_examples_fill_every_budget_so_batches_share_one_shape():
     bench = load("train_throughput")
-    args = type("Args", (), {"tiny": True, "batch_size": 4, "vocab": 512, "seq_len": 64})()
+    args = type("Args", (), {"tiny": True, "batch_size": 4, "vocab": 512, "seq_len": 64, "online_teacher": False})()
     task = bench.build_task("student", args)
     items = task.train_dataset()
     cfg = task.config
     assert {len(items[i]["h"]) for i in range(len(items))} == {cfg.max_history_rounds}
     assert {len(items[i]["q"]) for i in range(len(items))} == {cfg.max_query_tokens + 1}
     assert {len(r) for i in range(len(items)) for r in items[i]["h"]} == {cfg.max_history_tokens + 1}
+    assert task.table is not None and len(task.table) > 0      # the student reads precomputed teacher features
+    args.online_teacher = True
+    assert not bench.build_task("student", args).config.precompute_teacher_features
 
 
 def test_smoke_run_reports_both_contenders_and_the_ratio(tmp_path):
