@@ -193,24 +193,6 @@ def load_base(cfg: EMMADialogueConfig, ref: str | os.PathLike, vocab_size: int):
     return model if bnb is not None else model.to(device)
 
 
-def keep_4bit_trainable(model) -> int:
-    """Stop bitsandbytes from repacking 4-bit weights for CPU inference; returns the layers changed.
-
-    On a CPU with AVX512-BF16, a ``Linear4bit`` in eval mode under no_grad converts its weight in place
-    to a CPU-only packed layout, and from then on every forward (training too) takes a kernel without
-    autograd: the gradient to the layer's input is silently dropped and the LoRA weights below it stop
-    learning. A validation pass in the middle of training would trigger it, so trainable models opt out.
-    """
-    import bitsandbytes as bnb
-
-    changed = 0
-    for module in model.modules():
-        if isinstance(module, bnb.nn.Linear4bit):
-            module.support_avx512bf16_for_cpu = False
-            changed += 1
-    return changed
-
-
 def adapter_only_checkpoints(model):
     """Make ``model.state_dict()`` hold the trainable (LoRA) weights only, and loading tolerate the rest.
 
@@ -239,6 +221,8 @@ def adapter_only_checkpoints(model):
 def build_dialogue_model(cfg: EMMADialogueConfig, tokenizer, base_ref: str | os.PathLike | None = None):
     """The trainable QLoRA model: 4-bit base (``base_ref``, default ``cfg.model``), k-bit preparation, LoRA."""
     from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
+
+    from pipelines.training.engine import keep_4bit_trainable
 
     ref = base_ref or cfg.model
     if cfg.is_spec and base_ref is None:

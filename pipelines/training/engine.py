@@ -120,6 +120,28 @@ def build_accelerator(config: TrainConfig):
     return accelerator
 
 
+def keep_4bit_trainable(model: torch.nn.Module) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights for CPU inference; returns the layers changed.
+
+    On a CPU with AVX512-BF16, a ``Linear4bit`` in eval mode under no_grad converts its weight in place
+    to a CPU-only packed layout, and from then on every forward (training too) takes a kernel without
+    autograd: the gradient to the layer's input is silently dropped (the LoRA weights below it stop
+    learning), or, for a layer with a bias, the next training forward fails on an in-place add. A
+    validation pass in the middle of training triggers it, so the engine opts every model it trains
+    out (EMMA's dialogue module, G-Long's extractor); models loaded for inference keep the fast path.
+    """
+    try:
+        import bitsandbytes as bnb
+    except ImportError:  # no bitsandbytes: no 4-bit layers
+        return 0
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed
+
+
 def is_quantized(model: torch.nn.Module) -> bool:
     """True when some weights are bitsandbytes 4/8-bit (QLoRA): their kernels are not compiled here."""
     return any(type(p).__name__ in ("Params4bit", "Int8Params") for p in model.parameters())
@@ -251,6 +273,7 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
 
     set_seed(config.seed)  # same initial weights on every rank
     model = task.build_model()
+    keep_4bit_trainable(model)  # a validation pass must not turn 4-bit layers into inference-only ones
     train_ds, valid_ds = task.train_dataset(), task.valid_dataset()
     n_train = dataset_length(train_ds, "training")
     has_valid = valid_ds is not None and dataset_length(valid_ds, "validation") > 0

@@ -84,6 +84,23 @@ def test_extractor_qlora_steps_reduce_loss(episodes, tmp_path):
     assert metrics["triplet_gold"] == sum(len(e.triplets) for e in test_ex)
 
 
+def test_validation_between_steps_keeps_every_4bit_layer_trainable(episodes, tmp_path):
+    """bitsandbytes repacks a 4-bit layer for CPU inference in its first no-grad eval forward; the engine
+    opts trained models out, so training after a validation pass still reaches the lowest adapters (it
+    used to fail on the biased projections' in-place add, or drop their input gradients)."""
+    train_ex = extraction_examples([e for e in episodes if e.split == "train"])
+    valid_ex = extraction_examples([e for e in episodes if e.split == "valid"])[:4] or train_ex[:4]
+    cfg = ExtractorTrainConfig(lora_r=4, lora_alpha=8, lora_dropout=0.0, tokenizer_vocab=600, max_length=256)
+    task = GLongExtractorTask(train_ex[:16], valid_ex, cfg, tmp_path / "base")
+    tc = TrainConfig(output_dir=str(tmp_path / "run"), max_steps=4, batch_size=4, lr=5e-3, eval_every=1,
+                     save_every=1000, early_stopping_patience=None, restore_best=False)
+    summary = train(task, tc, tracker=None, progress=False)
+    assert summary.final_step == 4 and len(summary.valid_losses) == 4
+    model = load_extractor(tmp_path / "run" / "final", batch_size=4).model
+    first_block = {n: p for n, p in model.named_parameters() if ".h.0." in n and "lora_B" in n}
+    assert first_block and all(float(p.abs().sum()) > 0 for p in first_block.values())
+
+
 def test_extractor_seq2seq_lora_steps_reduce_loss(episodes, tmp_path):
     train_ex = extraction_examples([e for e in episodes if e.split == "train"])
     cfg = ExtractorTrainConfig(arch="seq2seq", quantize_4bit=False, lora_r=8, lora_alpha=16,
