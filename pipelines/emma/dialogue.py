@@ -193,35 +193,11 @@ def load_base(cfg: EMMADialogueConfig, ref: str | os.PathLike, vocab_size: int):
     return model if bnb is not None else model.to(device)
 
 
-def adapter_only_checkpoints(model):
-    """Make ``model.state_dict()`` hold the trainable (LoRA) weights only, and loading tolerate the rest.
-
-    The training engine checkpoints ``model.state_dict()`` through accelerate and loads it back strictly.
-    A 4-bit base does not survive that round trip (bitsandbytes stores each weight's quantisation state as
-    extra keys a plain load reports as unexpected), and it need not: it is frozen and rebuilt identically
-    from ``base_ref``. With these two hooks a checkpoint holds the adapters alone (megabytes instead of the
-    whole model), under DDP too (the hooks act on the module wherever it sits in the wrapped tree).
-    """
-    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-
-    def keep_trainable(module, state_dict, prefix, local_metadata):
-        for key in [k for k in state_dict if k.startswith(prefix) and k[len(prefix):] not in trainable]:
-            del state_dict[key]
-
-    def ignore_frozen(module, incompatible):   # keys arrive with the module's outer prefix (e.g. "module.")
-        frozen = [k for k in incompatible.missing_keys if not any(k.endswith(name) for name in trainable)]
-        for key in frozen:
-            incompatible.missing_keys.remove(key)
-
-    model.register_state_dict_post_hook(keep_trainable)
-    model.register_load_state_dict_post_hook(ignore_frozen)
-    return model
-
-
 def build_dialogue_model(cfg: EMMADialogueConfig, tokenizer, base_ref: str | os.PathLike | None = None):
     """The trainable QLoRA model: 4-bit base (``base_ref``, default ``cfg.model``), k-bit preparation, LoRA."""
     from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
 
+    from pipelines.training.checkpoint import adapter_only_checkpoints
     from pipelines.training.engine import keep_4bit_trainable
 
     ref = base_ref or cfg.model

@@ -36,6 +36,7 @@ from pipelines.glong.config import ExtractorTrainConfig, SummariserTrainConfig
 from pipelines.glong.extractor import ExtractionExample, TripletExtractor, render_prompt
 
 IGNORE = -100  # label of positions that carry no loss
+BASE_SEED = 2025  # random init of a spec base model (tiny profile), independent of the training seed
 
 
 # --- shared helpers ----------------------------------------------------------------------------
@@ -171,16 +172,20 @@ class GLongExtractorTask(_EncodedLMTask):
             return Path(self.config.model)
         if not (self.base_dir / "config.json").exists():
             tok, c = self.tokenizer, self.config
-            if c.arch == "causal":
-                from pipelines.models.gpt2 import build_gpt2
+            # the base's random init draws from its own generator: whether the folder already existed
+            # must not shift the global RNG that the LoRA init (and dropout) draw from next
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(BASE_SEED)
+                if c.arch == "causal":
+                    from pipelines.models.gpt2 import build_gpt2
 
-                model = build_gpt2(c.model, len(tok), eos_token_id=tok.eos_token_id,
-                                   pad_token_id=tok.pad_token_id)
-            else:
-                from pipelines.models.t5 import build_t5
+                    model = build_gpt2(c.model, len(tok), eos_token_id=tok.eos_token_id,
+                                       pad_token_id=tok.pad_token_id)
+                else:
+                    from pipelines.models.t5 import build_t5
 
-                model = build_t5(c.model, len(tok), pad_token_id=tok.pad_token_id,
-                                 eos_token_id=tok.eos_token_id)
+                    model = build_t5(c.model, len(tok), pad_token_id=tok.pad_token_id,
+                                     eos_token_id=tok.eos_token_id)
             model.save_pretrained(self.base_dir)
             tok.save_pretrained(self.base_dir)
         return self.base_dir

@@ -26,6 +26,8 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 STATE_FILE = "trainer_state.json"
 
 
@@ -141,3 +143,33 @@ def prune_checkpoints(root: Path, keep: int, protect: int | None = None) -> list
     for p in doomed:
         shutil.rmtree(p, ignore_errors=True)
     return doomed
+
+
+def adapter_only_checkpoints(model: torch.nn.Module) -> torch.nn.Module:
+    """Make ``model.state_dict()`` hold the trainable (LoRA) weights only, and loading tolerate the rest.
+
+    The training engine checkpoints ``model.state_dict()`` through accelerate and loads it back strictly.
+    A 4-bit base does not survive that round trip (bitsandbytes stores each weight's quantisation state as
+    extra keys a plain load reports as unexpected), and it need not: it is frozen and rebuilt identically
+    from ``base_ref``. With these two hooks a checkpoint holds the adapters alone (megabytes instead of the
+    whole model), under DDP too (the hooks act on the module wherever it sits in the wrapped tree).
+    The engine applies it to every model with 4-bit weights (EMMA's dialogue module, G-Long's
+    extractor); a second call changes nothing.
+    """
+    if getattr(model, "_adapter_only_checkpoints", False):
+        return model
+    model._adapter_only_checkpoints = True
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+
+    def keep_trainable(module, state_dict, prefix, local_metadata):
+        for key in [k for k in state_dict if k.startswith(prefix) and k[len(prefix):] not in trainable]:
+            del state_dict[key]
+
+    def ignore_frozen(module, incompatible):   # keys arrive with the module's outer prefix (e.g. "module.")
+        frozen = [k for k in incompatible.missing_keys if not any(k.endswith(name) for name in trainable)]
+        for key in frozen:
+            incompatible.missing_keys.remove(key)
+
+    model.register_state_dict_post_hook(keep_trainable)
+    model.register_load_state_dict_post_hook(ignore_frozen)
+    return model

@@ -45,8 +45,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from pipelines.errors import ConfigError
-from pipelines.training.checkpoint import (TrainerState, checkpoint_root, latest_checkpoint, prune_checkpoints,
-                                           read_state, remove_partial, save_checkpoint)
+from pipelines.training.checkpoint import (TrainerState, adapter_only_checkpoints, checkpoint_root,
+                                           latest_checkpoint, prune_checkpoints, read_state, remove_partial,
+                                           save_checkpoint)
 from pipelines.training.config import TrainConfig, TrainSummary, TrainTask
 from pipelines.training.data import dataset_length, evaluate, training_sampler
 from pipelines.training.model_card import render_model_card
@@ -274,6 +275,8 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     set_seed(config.seed)  # same initial weights on every rank
     model = task.build_model()
     keep_4bit_trainable(model)  # a validation pass must not turn 4-bit layers into inference-only ones
+    if is_quantized(model):     # a 4-bit base does not reload from a full state dict: checkpoint the adapters
+        adapter_only_checkpoints(model)
     train_ds, valid_ds = task.train_dataset(), task.valid_dataset()
     n_train = dataset_length(train_ds, "training")
     has_valid = valid_ds is not None and dataset_length(valid_ds, "validation") > 0
