@@ -49,6 +49,24 @@ def test_two_cpu_processes_end_with_identical_weights(tmp_path):
     assert (out / "final" / "model.safetensors").is_file()
 
 
+def test_compiled_ddp_with_accumulation_matches_the_eager_run(tmp_path):
+    """Several processes compile the DDP-wrapped model (DDP-aware graph splitting); with gradient
+    accumulation (no_sync on the first micro-batch) both ranks end with the eager run's exact weights
+    (aot_eager: dynamo's capture and autograd, eager kernels, so the comparison is bit for bit)."""
+    hashes = {}
+    for name, extra in (("eager", []), ("compiled", ["--compile-backend", "aot_eager"])):
+        out = tmp_path / name
+        cmd = launch_command("tiny", launcher="accelerate", accelerate_config="cpu_2proc",
+                             extra_args=["--main_process_port", _free_port()],
+                             entry=[str(SCRIPT), "--out", str(out), "--max-steps", "6", "--eval-every", "3",
+                                    "--grad-accum", "2", *extra])
+        _run(cmd, timeout=300)
+        hashes[name] = {p.name: p.read_text() for p in out.glob("params-rank*.sha256")}
+    assert len(set(hashes["compiled"].values())) == 1 and hashes["compiled"] == hashes["eager"]
+    card = (tmp_path / "compiled" / "final" / "MODEL_CARD.md").read_text()
+    assert "torch.compile" in card
+
+
 @pytest.mark.slow  # DeepSpeed compiles its shared-memory op once (~30 s to minutes on 2 cores), then ~20 s
 def test_deepspeed_zero2_on_cpu_matches_the_plain_engine(tmp_path, one_thread):
     ds_out = tmp_path / "zero2"

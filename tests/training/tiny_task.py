@@ -97,12 +97,15 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--deepspeed", default=None)
+    ap.add_argument("--compile-backend", default=None, help="compile the step with this torch.compile backend")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     task = TinyLMTask(sleep=args.sleep)
     config = TrainConfig(output_dir=args.out, lr=3e-3, warmup_steps=3, max_steps=args.max_steps,
                          batch_size=args.batch_size, grad_accum=args.grad_accum, save_every=args.save_every,
-                         eval_every=args.eval_every, early_stopping_patience=None, deepspeed=args.deepspeed)
+                         eval_every=args.eval_every, early_stopping_patience=None, deepspeed=args.deepspeed,
+                         compile=args.compile_backend is not None,
+                         compile_backend=args.compile_backend or "inductor")
     summary = train(task, config, progress=False)
     rank = int(os.environ.get("RANK", "0"))
     out = Path(args.out)
