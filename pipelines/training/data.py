@@ -113,9 +113,9 @@ def evaluate(model, dataset: Dataset, collate: Callable, compute_loss: Callable,
     for indices, counts in validation_batches(n, batch_size, accelerator.process_index, accelerator.num_processes):
         batch = send_to_device(collate([dataset[i] for i in indices]), accelerator.device)
         loss, tokens = compute_loss(model, batch)  # the prepared model autocasts itself under bf16/fp16
-        if counts:
-            total[0] += loss.detach().double() * float(tokens)
-            total[1] += float(tokens)
+        if counts:  # sums stay on the device: no synchronisation per batch
+            total[0] += loss.detach().double() * tokens
+            total[1] += tokens
     total = accelerator.reduce(total, reduction="sum")
     model.train(was_training)
     return float(total[0] / total[1]) if total[1] > 0 else None
