@@ -29,11 +29,14 @@ peak memory; then, per stage, the engine/HF ratio of steps/s (the same batches o
 The student stage reads the frozen teacher's features from the table built with its datasets
 (mdr.precompute_teacher_features, before the timed window, on both sides); ``--online-teacher``
 runs the teacher inside every step instead (the paper-size step is then mostly teacher passes).
+``--count-syncs`` (GPU) adds each contender's count of implicit host syncs over its whole run:
+the engine's should be a few per logged window (reading the window's sums) and none per step.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -265,6 +268,29 @@ def run_hf(task, args) -> dict:
     return {"steps_per_s": (args.steps - args.skip) / (stamps[args.steps] - stamps[args.skip])}
 
 
+@contextlib.contextmanager
+def count_syncs(enabled: bool):
+    """The implicit host-device synchronisations (``.item()``, data-dependent shapes, blocking copies)
+    of the block, as torch's sync debug mode reports them; explicit torch.cuda.synchronize() calls
+    are not counted. Yields the list the warnings land in (empty when not ``enabled``)."""
+    import warnings
+
+    import torch
+
+    if not enabled:
+        yield []
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        seen: list = []
+        try:
+            yield seen
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            seen.extend(w for w in caught if "synchroniz" in str(w.message))
+
+
 def child(args) -> int:
     import torch
 
@@ -273,7 +299,10 @@ def child(args) -> int:
     batch = task.collate([task.train_dataset()[i] for i in range(args.batch_size)])
     tokens, inputs = batch_counts(args.stage, batch)
     flops = step_flops(task, batch) if args.only == "engine" else None
-    result = run_engine(task, args) if args.only == "engine" else run_hf(task, args)
+    with count_syncs(args.count_syncs and _cuda()) as syncs:
+        result = run_engine(task, args) if args.only == "engine" else run_hf(task, args)
+    if args.count_syncs:
+        result["implicit_syncs"] = len(syncs) if _cuda() else None   # sync debug mode is CUDA-only
     sps = result["steps_per_s"]
     result.update(stage=args.stage, contender=args.only, batch_size=args.batch_size, examples_per_s=sps *
                   args.batch_size, tokens_per_s=sps * tokens, input_tokens_per_s=sps * inputs,
@@ -294,6 +323,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", choices=["auto", "true", "false"], default="auto", help="engine: TrainConfig.compile")
     ap.add_argument("--online-teacher", action="store_true",
                     help="student: the frozen teacher runs inside every step (no precomputed feature table)")
+    ap.add_argument("--count-syncs", action="store_true",
+                    help="GPU: count each contender's implicit host syncs over its run (torch sync debug mode)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device bf16 peak for MFU (default: by name)")
     ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     ap.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
@@ -327,6 +358,7 @@ def main(argv=None) -> int:
                    "--skip", str(args.skip), "--seq-len", str(args.seq_len), "--compile", args.compile]
             cmd += ["--tiny"] if args.tiny else []
             cmd += ["--online-teacher"] if args.online_teacher else []
+            cmd += ["--count-syncs"] if args.count_syncs else []
             cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
