@@ -49,6 +49,7 @@ MIX = (("generation", 0.6, (128, 1024), (8, 48)), ("summarize", 0.1, (256, 1024)
        ("link", 0.3, (32, 96), (1, 2)))
 VOCAB = 32128  # FLAN-T5's vocabulary
 CONTENDERS = ("engine", "hf", "hf-grouped")
+COMPILE = {"auto": "auto", "true": True, "false": False}   # --engine-compile -> TrainConfig.compile
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def run_engine(task, cfg, args, workdir: str) -> tuple[float, float]:
     stamps: list[float] = []
     tc = cfg.train_config(workdir, batch_size=args.batch_size, max_steps=args.steps, epochs=10**6,
                           log_every=args.skip, save_every=10**9, early_stopping_patience=None, warmup_steps=0,
-                          schedule="constant", compile={"auto": "auto", "true": True, "false": False}[args.engine_compile])
+                          schedule="constant", compile=COMPILE[args.engine_compile])
     train(task, tc, progress=False, callback=lambda step, metrics: stamps.append(time.perf_counter()))
     return stamps[0], stamps[-1]
 

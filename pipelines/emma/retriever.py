@@ -53,6 +53,7 @@ from pipelines.data.schema import Episode
 from pipelines.emma.formats import EpisodeView, FormatConfig
 from pipelines.errors import ConfigError
 from pipelines.models.minilm import minilm_path
+from pipelines.training.config import Tokens
 
 CONFIG_FILE = "retriever.json"
 
@@ -437,7 +438,7 @@ class RetrieverTask:
                 "memory_ids": pos["input_ids"], "memory_mask": pos["attention_mask"],
                 "pool_ids": neg["input_ids"], "pool_mask": neg["attention_mask"], "negative_index": index}
 
-    def compute_loss(self, model: DualEncoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
+    def compute_loss(self, model: DualEncoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]:
         """Triplet loss (margin 0.2, cosine distance) with each anchor's mined negative; the token count
         is the number of context tokens encoded with gradients."""
         anchor, positive, negative = model(**batch, mining=self.config.negative_mining)   # (B, H) each

@@ -37,6 +37,7 @@ from pipelines.mdr.text import IGNORE, Codec, pad
 from pipelines.mdr.teacher_table import TeacherFeatureTable, attach_features, item_sequences
 from pipelines.mdr.token_weights import check_aligned, compute_token_loss
 from pipelines.errors import ConfigError, DataError
+from pipelines.training.config import Tokens
 
 PAPER = "MDR: Memory Distillation and Reproduction for Personalized Dialogue Generation (seed 001)"
 FEATURES_FILE = "response_features.safetensors"
@@ -190,7 +191,7 @@ class MDRTeacherTask(_MDRTask):
     def collate(self, items: list) -> dict[str, torch.Tensor]:
         return collate_teacher(items, self.codec.pad_id)
 
-    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]:
         out = model(**batch)
         return compute_teacher_loss(out.logits, out.targets)
 
@@ -249,7 +250,7 @@ class MDRStudentTask(_MDRTask):
             attach_features(batch, items, self.table)
         return batch
 
-    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]:
         out = model(**batch)
         return compute_sentence_loss(out["r_pred"], out["r_te"])
 
@@ -298,7 +299,7 @@ class MDRDecoderTask(_MDRTask):
     def collate(self, items: list) -> dict[str, torch.Tensor]:
         return collate_decoder(items, self.codec.pad_id)
 
-    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
+    def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]:
         out = model(**batch)
         return compute_token_loss(out["logits"], out["targets"], out["weights"])
 

@@ -20,6 +20,7 @@ import torch
 from pipelines.errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+Tokens = int | torch.Tensor  # target tokens of a micro-batch: a count known from shapes, or a 0-d device tensor
 SCHEDULES = ("linear", "constant")
 
 
@@ -158,7 +159,7 @@ class TrainTask(Protocol):
 
     def collate(self, items: list) -> dict[str, torch.Tensor]: ...
 
-    def compute_loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]: ...
+    def compute_loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]: ...
 
     def save_final(self, model: torch.nn.Module, out_dir: Path) -> None: ...
 
