@@ -21,7 +21,9 @@ autocast on CUDA, gradient checkpointing on both sides unless ``--no-gradient-ch
 Examples are random token ids whose lengths follow EMMA's three tasks mixed in training (seeded;
 an assumption written here, since MiSC is not shipped): generation 60 % (source 128-1024, target
 8-48 tokens), summarisation 10 % (source 256-1024, target 16-64), linking 30 % (source 32-96,
-target 1-2). Each contender runs in its own subprocess over the same examples; its collate
+target 1-2), 5 x batch x steps of them by default, so that the length-grouped order works on
+mega-batches of 50 batches as on the stage's real data (each contender's steps cover a random
+part of an epoch). Each contender runs in its own subprocess over the same examples; its collate
 records the real (non-pad) source + target tokens of every batch it builds, in order, and the
 device is synchronised only at the edges of the timed window (the steps after ``--skip``).
 Reported: tokens/s (real tokens), the share of padding, steps/s, peak GPU memory, and the ratio
@@ -185,7 +187,8 @@ def child(args) -> int:
 
     cfg = EMMADialogueConfig(model=args.spec, max_source_length=args.max_source, max_target_length=args.max_target,
                              gradient_checkpointing=args.gradient_checkpointing, seed=args.seed)
-    examples = make_examples(args.batch_size * args.steps, args.max_source, args.max_target, args.seed)
+    examples = make_examples(args.examples or 5 * args.batch_size * args.steps, args.max_source, args.max_target,
+                             args.seed)
     collate = RecordingCollate()
     with tempfile.TemporaryDirectory() as work:
         task = IdsTask(cfg, examples, str(save_random_base(cfg, Vocab(), Path(work) / "base")), collate)
@@ -213,6 +216,9 @@ def main(argv=None) -> int:
     p.add_argument("--skip", type=int, default=10, help="warm-up steps left out of the timing")
     p.add_argument("--max-source", type=int, default=1024)
     p.add_argument("--max-target", type=int, default=64)
+    p.add_argument("--examples", type=int, default=None,
+                   help="training examples (default 5 x batch x steps: enough for HF's mega-batches of 50 batches, "
+                        "as the stage's real data gives them; each contender trains on a random part of them)")
     p.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_false")
     p.add_argument("--contenders", default="engine,hf", help=f"comma-separated, of {', '.join(CONTENDERS)}")
     p.add_argument("--engine-compile", choices=["auto", "true", "false"], default="auto",
@@ -239,6 +245,7 @@ def main(argv=None) -> int:
         cmd = [sys.executable, __file__, "--only", name, "--spec", a.spec, "--batch-size", str(a.batch_size),
                "--steps", str(a.steps), "--skip", str(a.skip), "--max-source", str(a.max_source), "--max-target",
                str(a.max_target), "--engine-compile", a.engine_compile, "--seed", str(a.seed)]
+        cmd += ["--examples", str(a.examples)] if a.examples else []
         cmd += [] if a.gradient_checkpointing else ["--no-gradient-checkpointing"]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
