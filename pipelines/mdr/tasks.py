@@ -34,7 +34,7 @@ from pipelines.mdr.prefix_lm import PrefixLM
 from pipelines.mdr.student import MDRStudent, cache_response_features, compute_sentence_loss
 from pipelines.mdr.teacher import MDRTeacher, base_model, compute_teacher_loss
 from pipelines.mdr.text import IGNORE, Codec, pad
-from pipelines.mdr.teacher_table import TeacherFeatureTable, attach_features, item_sequences
+from pipelines.mdr.teacher_table import TeacherFeatureTable, attach_features, attach_rows, item_sequences
 from pipelines.mdr.token_weights import check_aligned, compute_token_loss
 from pipelines.errors import ConfigError, DataError
 from pipelines.training.config import Tokens
@@ -211,6 +211,7 @@ class MDRStudentTask(_MDRTask):
         self.cache_examples, self.cache_batch_size = list(cache_examples), cache_batch_size
         self.table: TeacherFeatureTable | None = None   # built with the datasets (config.precompute_teacher_features)
         self.progress = progress
+        self._built: tuple[list[dict], list[dict]] | None = None   # (train items, valid items), see _items
 
     def build_model(self) -> MDRStudent:
         cfg = self.config
@@ -222,31 +223,35 @@ class MDRStudentTask(_MDRTask):
         return MDRStudent(student, self.teacher.encoder, memory)
 
     def _item(self, example: MDRExample) -> dict:
-        item = student_item(example, self.codec, self.config)
-        if self.config.precompute_teacher_features:
-            item["tabled"] = True   # its teacher features are rows of self.table (built with the datasets)
-        return item
+        return student_item(example, self.codec, self.config)
 
     def train_dataset(self) -> Dataset:
-        self._build_table()
-        return super().train_dataset()
+        return ItemDataset(self._items()[0])
 
     def valid_dataset(self) -> Dataset | None:
-        self._build_table()
-        return super().valid_dataset()
+        valid = self._items()[1]
+        return ItemDataset(valid) if valid else None
 
-    def _build_table(self) -> None:
-        """The frozen teacher's features of every text of the training and validation items, once."""
-        if not self.config.precompute_teacher_features or self.table is not None:
-            return
-        pad_id = self.codec.pad_id
-        items = [student_item(e, self.codec, self.config) for e in [*self.train_examples, *self.valid_examples]]
-        self.table = TeacherFeatureTable(self.teacher.encoder, (s for it in items for s in item_sequences(it, pad_id)),
-                                         pad_id, progress=self.progress)
+    def _items(self) -> tuple[list[dict], list[dict]]:
+        """The training and validation items, built once; with ``precompute_teacher_features`` the
+        frozen teacher's features of every text in them are computed here, once (self.table), and
+        each item records its rows."""
+        if self._built is None:
+            train = [self._item(e) for e in self.train_examples]
+            valid = [self._item(e) for e in self.valid_examples]
+            if self.config.precompute_teacher_features:
+                pad_id = self.codec.pad_id
+                self.table = TeacherFeatureTable(
+                    self.teacher.encoder, (s for it in train + valid for s in item_sequences(it, pad_id)), pad_id,
+                    progress=self.progress)
+                for item in train + valid:
+                    attach_rows(item, self.table)
+            self._built = (train, valid)
+        return self._built
 
     def collate(self, items: list) -> dict[str, torch.Tensor]:
         batch = collate_student(items, self.codec.pad_id)
-        if self.table is not None and all(it.get("tabled") for it in items):
+        if self.table is not None and all("te_rows" in it for it in items):
             attach_features(batch, items, self.table)
         return batch
 

@@ -10,7 +10,8 @@ of every example in every epoch: at paper size 32 rounds of 128 tokens per examp
 stage's FLOPs, although round i of a dialogue recurs in the history of each later example of
 that dialogue. :class:`TeacherFeatureTable` computes each distinct sequence once before training
 (in length-sorted chunks, under the same autocast as the engine: bf16 on CUDA, fp32 on CPU) and
-:func:`attach_features` gives a collated batch its rows, (B, H) for Q, P, R and (N_h, H) for the
+:func:`attach_rows` records each item's rows once and :func:`attach_features` gives a collated
+batch its features, (B, H) for Q, P, R and (N_h, H) for the
 flattened history rounds; ``MDRStudent.forward`` then skips its teacher passes. The features are
 the ones the step would compute (the GPT-2 encoder is causal and the pooling masked, so padding
 does not change them; tests/mdr/test_teacher_table.py checks losses and gradients against the
@@ -76,29 +77,33 @@ class TeacherFeatureTable:
         return len(self.index)
 
     def rows(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Row of each sequence (N,); KeyError for one the table was not built with."""
+        """Row of each sequence (N,) in ``features``; KeyError for one the table was not built with."""
         return torch.tensor([self.index[tuple(s)] for s in sequences], dtype=torch.long)
-
-    def lookup(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Features (N, H) of ``sequences``."""
-        return self.features[self.rows(sequences)]
 
 
 def item_sequences(item: dict, pad_id: int) -> list[Sequence[int]]:
-    """What the teacher reads of one student item: Q, P (a lone pad id when absent, as collate pads
-    it), every history round, and R when present."""
+    """What the teacher reads of one student item, in this order: Q, P (a lone pad id when absent,
+    as collate pads it), every history round, and R when present."""
     seqs = [item["q"], item["p"] or [pad_id], *item["h"]]
     return seqs + [item["r"]] if "r" in item else seqs
 
 
+def attach_rows(item: dict, table: TeacherFeatureTable) -> dict:
+    """Store in ``item`` (key ``te_rows``) the table rows of its :func:`item_sequences`, looked up
+    once here rather than at every batch of every epoch."""
+    item["te_rows"] = table.rows(item_sequences(item, table.pad_id))          # (2 + R + [1],)
+    return item
+
+
 def attach_features(batch: dict[str, torch.Tensor], items: Sequence[dict], table: TeacherFeatureTable
                     ) -> dict[str, torch.Tensor]:
-    """Add q_te, p_te (B, H), h_te (N_h, H) in h_ids' row order and r_te (B, H) when R is batched."""
-    batch["q_te"] = table.lookup([it["q"] for it in items])                     # (B, H)
-    batch["p_te"] = table.lookup([it["p"] or [table.pad_id] for it in items])   # (B, H)
-    rounds = [r for it in items for r in it["h"]]
-    batch["h_te"] = (table.lookup(rounds) if rounds
-                     else torch.zeros((0, table.features.shape[1])))            # (N_h, H)
+    """Add q_te, p_te (B, H), h_te (N_h, H) in h_ids' row order and r_te (B, H) when R is batched,
+    from the items' ``te_rows`` (:func:`attach_rows`)."""
+    rows = [it["te_rows"] for it in items]
+    batch["q_te"] = table.features[torch.stack([r[0] for r in rows])]         # (B, H)
+    batch["p_te"] = table.features[torch.stack([r[1] for r in rows])]         # (B, H)
+    h_rows = torch.cat([r[2:2 + len(it["h"])] for r, it in zip(rows, items)])  # (N_h,)
+    batch["h_te"] = table.features[h_rows]                                    # (N_h, H)
     if "r_ids" in batch:
-        batch["r_te"] = table.lookup([it["r"] for it in items])                 # (B, H)
+        batch["r_te"] = table.features[torch.stack([r[-1] for r in rows])]    # (B, H)
     return batch

@@ -19,7 +19,7 @@ def test_one_row_per_distinct_text_equal_to_the_teacher_on_that_text_alone(confi
     for seq in sequences:
         ids = torch.tensor([seq])
         alone = sentence_features(teacher.encoder, ids, torch.ones_like(ids))[0]
-        torch.testing.assert_close(table.lookup([seq])[0], alone, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(table.features[table.rows([seq])][0], alone, rtol=1e-5, atol=1e-6)
     assert not teacher.encoder.training and all(not p.requires_grad for p in teacher.encoder.parameters())
     with pytest.raises(KeyError):
         table.rows([[1, 2, 3, 4, 5, 6, 7]])
