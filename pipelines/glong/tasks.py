@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,18 +33,13 @@ from pipelines.data.schema import Episode
 from pipelines.errors import ConfigError, DataError
 from pipelines.glong.config import ExtractorTrainConfig, SummariserTrainConfig
 from pipelines.glong.extractor import ExtractionExample, TripletExtractor, render_prompt
+from pipelines.training.launch import process_device
 
 IGNORE = -100  # label of positions that carry no loss
 BASE_SEED = 2025  # random init of a spec base model (tiny profile), independent of the training seed
 
 
 # --- shared helpers ----------------------------------------------------------------------------
-
-def _device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
-
 
 def bnb_4bit_config():
     """NF4 with double quantisation; compute in bf16 on CUDA, fp32 on the CPU (QLoRA)."""
@@ -63,7 +57,7 @@ def load_base(path: str | Path, arch: str, quantize_4bit: bool):
     cls = AutoModelForCausalLM if arch == "causal" else AutoModelForSeq2SeqLM
     kwargs = {}
     if quantize_4bit:
-        kwargs = {"quantization_config": bnb_4bit_config(), "device_map": {"": _device()}}
+        kwargs = {"quantization_config": bnb_4bit_config(), "device_map": {"": process_device()}}
     return cls.from_pretrained(str(path), local_files_only=True, **kwargs)
 
 

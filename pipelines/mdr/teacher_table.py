@@ -20,7 +20,6 @@ online path).
 
 from __future__ import annotations
 
-import os
 from typing import Iterable, Sequence
 
 import torch
@@ -28,13 +27,7 @@ from torch import nn
 
 from pipelines.mdr.features import sentence_features
 from pipelines.mdr.text import pad
-
-
-def _device() -> torch.device:
-    """This process's accelerator (its LOCAL_RANK under a launcher), else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
+from pipelines.training.launch import process_device
 
 
 class TeacherFeatureTable:
@@ -49,7 +42,7 @@ class TeacherFeatureTable:
         keys = sorted(self.index, key=len)                                       # little padding per chunk
         hidden = encoder.get_input_embeddings().embedding_dim
         self.features = torch.zeros((len(keys), hidden), dtype=torch.float32)  # (U, H)
-        device = _device()
+        device = process_device()
         home = next(encoder.parameters()).device
         was_training = encoder.training
         encoder.to(device).eval()

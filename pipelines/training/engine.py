@@ -275,7 +275,8 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     set_seed(config.seed)  # same initial weights on every rank
     model = task.build_model()
     keep_4bit_trainable(model)  # a validation pass must not turn 4-bit layers into inference-only ones
-    if is_quantized(model):     # a 4-bit base does not reload from a full state dict: checkpoint the adapters
+    quantized = is_quantized(model)
+    if quantized:               # a 4-bit base does not reload from a full state dict: checkpoint the adapters
         adapter_only_checkpoints(model)
     train_ds, valid_ds = task.train_dataset(), task.valid_dataset()
     n_train = dataset_length(train_ds, "training")
@@ -287,7 +288,7 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     optimizer = build_optimizer(model, config, fused=device.type == "cuda" and not deepspeed)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     step_model, step_loss = model, task.compute_loss  # what each micro-batch calls (compiled or not)
-    compiled = resolve_compile(config, device.type == "cuda", deepspeed, is_quantized(model))
+    compiled = resolve_compile(config, device.type == "cuda", deepspeed, quantized)
     if compiled:
         step_model, step_loss = compiled_step(task, model, config, world)
         if main:

@@ -26,6 +26,18 @@ LAUNCHERS = ("accelerate", "torchrun", "deepspeed", "python")
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
 
 
+def process_device():
+    """The torch device of this process: its GPU (``LOCAL_RANK`` under a launcher, else 0) when CUDA
+    is available, else the CPU."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
 def accelerate_config_path(name: str) -> Path:
     """``deploy/accelerate/<name>.yaml`` for a short name, or the path itself."""
     path = Path(name)
