@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks._contenders import edge_stamps, emit, run_contender  # noqa: E402
 
 MIX = (("generation", 0.6, (128, 1024), (8, 48)), ("summarize", 0.1, (256, 1024), (16, 64)),
        ("link", 0.3, (32, 96), (1, 2)))
@@ -132,13 +132,6 @@ class IdsTask:
         model.save_pretrained(out_dir)
 
 
-def _sync() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def run_engine(task, cfg, args, workdir: str) -> tuple[float, float]:
     """(start, end) of the timed window: the engine synchronises the device at each logged window."""
     from pipelines.training.engine import train
@@ -155,16 +148,9 @@ def run_hf(task, cfg, args, workdir: str, grouped: bool) -> tuple[float, float]:
     import dataclasses
 
     import torch
-    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
     stamps: dict[int, float] = {}
-
-    class Edges(TrainerCallback):
-        def on_step_end(self, targs, state, control, **kwargs):
-            if state.global_step in (args.skip, args.steps):
-                _sync()
-                stamps[state.global_step] = time.perf_counter()
-
     fields = {f.name for f in dataclasses.fields(Seq2SeqTrainingArguments)}
     grouping = ({"train_sampling_strategy": "group_by_length" if grouped else "random"}
                 if "train_sampling_strategy" in fields else {"group_by_length": grouped})
@@ -175,7 +161,8 @@ def run_hf(task, cfg, args, workdir: str, grouped: bool) -> tuple[float, float]:
         dataloader_num_workers=0, max_grad_norm=1.0, seed=cfg.seed, **grouping)
     examples = [{"input_ids": s, "labels": t} for s, t in task.examples]
     trainer = Seq2SeqTrainer(model=task.build_model(), args=targs, train_dataset=examples,
-                             data_collator=task.collate, callbacks=[Edges()])
+                             data_collator=task.collate,
+                             callbacks=[edge_stamps(args.skip, args.steps, stamps)])
     trainer.train()
     return stamps[args.skip], stamps[args.steps]
 
@@ -204,7 +191,7 @@ def child(args) -> int:
     result = {"contender": args.only, "steps_timed": len(timed), "seconds": seconds, "tokens_per_s": real / seconds,
               "steps_per_s": len(timed) / seconds, "padding_share": 1 - real / padded,
               "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
-    print("RESULT " + json.dumps(result), flush=True)
+    emit(result)
     return 0
 
 
@@ -247,12 +234,10 @@ def main(argv=None) -> int:
                str(a.max_target), "--engine-compile", a.engine_compile, "--seed", str(a.seed)]
         cmd += ["--examples", str(a.examples)] if a.examples else []
         cmd += [] if a.gradient_checkpointing else ["--no-gradient-checkpointing"]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-        if done.returncode != 0 or not lines:
-            sys.stderr.write(done.stdout[-2000:] + done.stderr[-6000:])
+        result = run_contender(cmd)
+        if result is None:
             return 1
-        report["runs"][name] = json.loads(lines[-1][len("RESULT "):])
+        report["runs"][name] = result
         print(json.dumps(report["runs"][name]), flush=True)
     peer = report["runs"]["hf"]
     for name, run in report["runs"].items():

@@ -38,9 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +47,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks._contenders import edge_stamps, emit, run_contender  # noqa: E402
 
 # Dense bf16 peak (vendor data sheets, SXM parts), for MFU.
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.1, "A40": 149.7}
@@ -60,13 +60,6 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def _sync() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 # --- the stages' tasks on random paper-shaped data ------------------------------------------------
@@ -164,16 +157,12 @@ def build_task(stage: str, args):
     n = args.batch_size * 4
     if stage == "lm":
         return LMTask(args, n)
-    from pipelines.mdr.tasks import MDRDecoderTask, MDRStudentTask, MDRTeacherTask
-    from pipelines.models.gpt2 import build_gpt2
+    from pipelines.mdr.tasks import MDRDecoderTask, MDRStudentTask, MDRTeacherTask, gpt2_factory
 
     codec, cfg = word_codec(args.vocab), mdr_config(args)
     spec = gpt2_spec(args)
 
-    def gpt2():
-        return build_gpt2(spec, codec.vocab_size, bos_token_id=codec.eos_id, eos_token_id=codec.eos_id,
-                          pad_token_id=codec.pad_id)
-
+    gpt2 = gpt2_factory(spec, codec)   # the stages' own factory, over a GPT2Spec instead of a profile name
     examples = random_examples(n, cfg, codec.vocab_size, seed=0)
     if stage == "teacher":
         return MDRTeacherTask(cfg, examples, None, codec, gpt2)
@@ -240,15 +229,9 @@ def run_engine(task, args) -> dict:
 def run_hf(task, args) -> dict:
     """Steady-state steps/s of transformers.Trainer, timed from the end of step ``--skip`` to the last."""
     import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from transformers import Trainer, TrainingArguments
 
     stamps: dict[int, float] = {}
-
-    class Edges(TrainerCallback):
-        def on_step_end(self, targs, state, control, **kw):
-            if state.global_step in (args.skip, args.steps):
-                _sync()
-                stamps[state.global_step] = time.perf_counter()
 
     class StageTrainer(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -263,7 +246,8 @@ def run_hf(task, args) -> dict:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         trainer = StageTrainer(model=task.build_model(), args=targs, train_dataset=task.train_dataset(),
-                               data_collator=task.collate, callbacks=[Edges()])
+                               data_collator=task.collate,
+                               callbacks=[edge_stamps(args.skip, args.steps, stamps)])
         trainer.train()
     return {"steps_per_s": (args.steps - args.skip) / (stamps[args.steps] - stamps[args.skip])}
 
@@ -308,7 +292,7 @@ def child(args) -> int:
                   args.batch_size, tokens_per_s=sps * tokens, input_tokens_per_s=sps * inputs,
                   tokens_per_step=tokens, input_tokens_per_step=inputs, flops_per_step=flops,
                   peak_memory_gib=torch.cuda.max_memory_allocated() / 2**30 if _cuda() else None)
-    print("RESULT " + json.dumps(result), flush=True)
+    emit(result)
     return 0
 
 
@@ -360,13 +344,10 @@ def main(argv=None) -> int:
             cmd += ["--online-teacher"] if args.online_teacher else []
             cmd += ["--count-syncs"] if args.count_syncs else []
             cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
-            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
-            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-            if done.returncode != 0 or not lines:
-                sys.stderr.write(done.stdout[-2000:] + done.stderr[-6000:])
+            result = run_contender(cmd)
+            if result is None:
                 return 1
-            results[contender] = json.loads(lines[-1][len("RESULT "):])
+            results[contender] = result
         flops = results["engine"]["flops_per_step"]
         for res in results.values():
             res["flops_per_step"] = flops

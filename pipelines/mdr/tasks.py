@@ -45,9 +45,9 @@ FEATURES_FILE = "response_features.safetensors"
 GPT2Factory = Callable[[], nn.Module]
 
 
-def gpt2_factory(spec: str, codec: Codec) -> GPT2Factory:
+def gpt2_factory(spec, codec: Codec) -> GPT2Factory:
     """A factory of fresh GPT2LMHeadModels (``pipelines.models.gpt2.build_gpt2``: a profile name such
-    as "tiny" / "paper", or a local pretrained directory) over the codec's vocabulary."""
+    as "tiny" / "paper", a GPT2Spec, or a local pretrained directory) over the codec's vocabulary."""
     def make() -> nn.Module:
         from pipelines.models.gpt2 import build_gpt2
         return build_gpt2(spec, codec.vocab_size, bos_token_id=codec.eos_id, eos_token_id=codec.eos_id,
