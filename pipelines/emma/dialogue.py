@@ -287,7 +287,7 @@ class EMMADialogueTask:
     def collate(self, items: Sequence[Example]) -> dict[str, torch.Tensor]:
         return collate_examples(self.tokenizer, items, self.config.max_source_length, self.config.max_target_length)
 
-    def compute_loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | int]:
+    def compute_loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return seq2seq_loss(model, batch)
 
     def save_final(self, model, out_dir: str | os.PathLike) -> Path:

@@ -28,7 +28,7 @@ from pipelines.mdr.prefix_lm import PrefixLM, PrefixLMOutput
 from pipelines.mdr.token_weights import compute_token_loss
 
 
-def compute_teacher_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | int]:
+def compute_teacher_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Equation 3: mean of -log p(R_i | R_<i, Q, R_TE) over the target tokens -> (loss, N).
 
     logits (B, T, V) aligned with targets (B, T) (IGNORE = -100 where no target).
