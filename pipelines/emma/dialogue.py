@@ -222,25 +222,53 @@ def build_dialogue_model(cfg: EMMADialogueConfig, tokenizer, base_ref: str | os.
 
 def encode(tokenizer, text: str, max_length: int) -> list[int]:
     """Token ids ending in EOS, cut to ``max_length`` (the EOS kept: T5 reads and writes it)."""
-    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    return encode_all(tokenizer, [text], max_length)[0]
+
+
+def encode_all(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """:func:`encode` of each text, the texts tokenised in one batched call."""
+    if not texts:
+        return []
     eos = tokenizer.eos_token_id
-    if ids and ids[-1] == eos:
-        ids = ids[:-1]
-    return ids[: max_length - 1] + [eos]
+    out = []
+    for ids in tokenizer(list(texts), add_special_tokens=True)["input_ids"]:
+        if ids and ids[-1] == eos:
+            ids = ids[:-1]
+        out.append(ids[: max_length - 1] + [eos])
+    return out
+
+
+@dataclass(frozen=True)
+class EncodedExample:
+    """One example as the model reads it: source and target token ids, each ending in EOS."""
+
+    task: str
+    source_ids: list[int]     # (S,) S <= max_source_length
+    target_ids: list[int]     # (T,) T <= max_target_length
+
+
+def encode_examples(tokenizer, items: Sequence[Example], max_source: int, max_target: int) -> list[EncodedExample]:
+    """Tokenise each example once (the training task does it before training, not in every batch)."""
+    sources = encode_all(tokenizer, [ex.source for ex in items], max_source)
+    targets = encode_all(tokenizer, [ex.target for ex in items], max_target)
+    return [EncodedExample(ex.task, s, t) for ex, s, t in zip(items, sources, targets)]
+
+
+def pad_batch(items: Sequence[EncodedExample], pad: int) -> dict[str, torch.Tensor]:
+    """input_ids / attention_mask (B, S) right-padded, labels (B, T) padded with -100 (ignored by the loss)."""
+    s_len = max(len(ex.source_ids) for ex in items)
+    t_len = max(len(ex.target_ids) for ex in items)
+    input_ids = torch.full((len(items), s_len), pad, dtype=torch.long)
+    labels = torch.full((len(items), t_len), -100, dtype=torch.long)
+    for b, ex in enumerate(items):
+        input_ids[b, : len(ex.source_ids)] = torch.tensor(ex.source_ids)
+        labels[b, : len(ex.target_ids)] = torch.tensor(ex.target_ids)
+    return {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(), "labels": labels}
 
 
 def collate_examples(tokenizer, items: Sequence[Example], max_source: int, max_target: int) -> dict[str, torch.Tensor]:
-    """input_ids / attention_mask (B, S) right-padded, labels (B, T) padded with -100 (ignored by the loss)."""
-    pad = tokenizer.pad_token_id
-    src = [encode(tokenizer, ex.source, max_source) for ex in items]
-    tgt = [encode(tokenizer, ex.target, max_target) for ex in items]
-    s_len, t_len = max(map(len, src)), max(map(len, tgt))
-    input_ids = torch.full((len(items), s_len), pad, dtype=torch.long)
-    labels = torch.full((len(items), t_len), -100, dtype=torch.long)
-    for b, (s, t) in enumerate(zip(src, tgt)):
-        input_ids[b, : len(s)] = torch.tensor(s)
-        labels[b, : len(t)] = torch.tensor(t)
-    return {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(), "labels": labels}
+    """Tokenise and pad text examples (:func:`encode_examples` then :func:`pad_batch`)."""
+    return pad_batch(encode_examples(tokenizer, items, max_source, max_target), tokenizer.pad_token_id)
 
 
 def seq2seq_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,6 +292,7 @@ class EMMADialogueTask:
         self.valid_examples = [ex for ex in valid_examples if ex.task in config.tasks]
         texts = [t for ex in self.train_examples for t in (ex.source, ex.target)]
         self.tokenizer = tokenizer or build_tokenizer(config, texts)
+        self._encoded_cache: dict[str, list[EncodedExample]] = {}
         self.base_ref: str | None = None
         if config.is_spec:   # one random init, saved once: every build_model (and the final model) uses it
             self._work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="emma-dialogue-base-"))
@@ -272,20 +301,27 @@ class EMMADialogueTask:
     def build_model(self):
         return build_dialogue_model(self.config, self.tokenizer, self.base_ref)
 
-    def train_dataset(self) -> list[Example]:
-        return self.train_examples
+    def train_dataset(self) -> list[EncodedExample]:
+        return self._encoded("train")
 
-    def valid_dataset(self) -> list[Example]:
-        return self.valid_examples
+    def valid_dataset(self) -> list[EncodedExample]:
+        return self._encoded("valid")
+
+    def _encoded(self, split: str) -> list[EncodedExample]:
+        """The split's examples tokenised once, on first use (collate then only pads)."""
+        if split not in self._encoded_cache:
+            c = self.config
+            examples = self.train_examples if split == "train" else self.valid_examples
+            self._encoded_cache[split] = encode_examples(self.tokenizer, examples, c.max_source_length,
+                                                         c.max_target_length)
+        return self._encoded_cache[split]
 
     def train_lengths(self) -> list[int]:
-        """Source + target tokens of each training example (as collate cuts them), for length grouping."""
-        c, tok = self.config, self.tokenizer
-        return [len(encode(tok, ex.source, c.max_source_length)) + len(encode(tok, ex.target, c.max_target_length))
-                for ex in self.train_examples]
+        """Source + target tokens of each training example (as collate pads them), for length grouping."""
+        return [len(ex.source_ids) + len(ex.target_ids) for ex in self.train_dataset()]
 
-    def collate(self, items: Sequence[Example]) -> dict[str, torch.Tensor]:
-        return collate_examples(self.tokenizer, items, self.config.max_source_length, self.config.max_target_length)
+    def collate(self, items: Sequence[EncodedExample]) -> dict[str, torch.Tensor]:
+        return pad_batch(items, self.tokenizer.pad_token_id)
 
     def compute_loss(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return seq2seq_loss(model, batch)

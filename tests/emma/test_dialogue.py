@@ -51,8 +51,8 @@ def test_collate_pads_labels_and_ends_with_eos():
     class Tok:                       # whitespace "tokenizer": one id per word, eos 1, pad 0
         eos_token_id, pad_token_id = 1, 0
 
-        def __call__(self, text, add_special_tokens=True):
-            return {"input_ids": [len(w) + 1 for w in text.split()]}
+        def __call__(self, texts, add_special_tokens=True):
+            return {"input_ids": [[len(w) + 1 for w in text.split()] for text in texts]}
 
     items = [Example("link", "a bb ccc dddd", "positive", "E", "S"), Example("link", "a", "no", "E", "S")]
     batch = D.collate_examples(Tok(), items, max_source=3, max_target=64)
@@ -81,6 +81,28 @@ def test_train_lengths_are_the_collated_source_and_target_tokens(tiny_task):
         batch = tiny_task.collate([tiny_task.train_dataset()[i]])
         assert lengths[i] == int(batch["attention_mask"].sum() + (batch["labels"] != -100).sum())
     assert max(lengths) > 3 * min(lengths)   # the three tasks differ in length: grouping pays
+
+
+def test_examples_are_tokenised_once_as_collate_would(tiny_task):
+    """The task encodes its examples before training (batched); collate only pads, to the same tensors
+    as tokenising the texts in the batch one by one."""
+    c, tok = tiny_task.config, tiny_task.tokenizer
+    data = tiny_task.train_dataset()
+    assert data is tiny_task.train_dataset()                             # encoded once, then reused
+    assert [ex.task for ex in data] == [ex.task for ex in tiny_task.train_examples]
+    for i in range(0, len(data), 5):
+        ex = tiny_task.train_examples[i]
+        assert data[i].source_ids == D.encode(tok, ex.source, c.max_source_length)
+        assert data[i].target_ids == D.encode(tok, ex.target, c.max_target_length)
+        assert data[i].source_ids[-1] == data[i].target_ids[-1] == tok.eos_token_id
+    picked = [0, 3, len(data) - 1]
+    batch = tiny_task.collate([data[i] for i in picked])
+    texts = D.collate_examples(tok, [tiny_task.train_examples[i] for i in picked], c.max_source_length,
+                               c.max_target_length)
+    assert batch.keys() == texts.keys()
+    for key in batch:
+        assert torch.equal(batch[key], texts[key]), key
+    assert len(tiny_task.valid_dataset()) == len(tiny_task.valid_examples) == 6
 
 
 def test_gradient_checkpointing_gives_the_same_loss_and_adapter_gradients(tiny_task):
@@ -159,7 +181,7 @@ def test_save_load_and_inference_helpers(tiny_task, tmp_path):
     assert {p.name for p in out.iterdir()} == {"adapter", "tokenizer", "base", "emma_dialogue.json"}
     loaded = D.EMMADialogue.load(out, max_new_tokens=5)
     fresh = D.EMMADialogue(model, tiny_task.tokenizer, loaded.config)
-    sources = [ex.source for ex in tiny_task.valid_dataset()[:3]]
+    sources = [ex.source for ex in tiny_task.valid_examples[:3]]
     assert loaded.generate_text(sources) == fresh.generate_text(sources)
     assert all(isinstance(t, str) for t in loaded.generate_text(sources))
     assert isinstance(loaded.summarize("Mia", "[Mia] nurse [NOW] first session [Mia] hi"), list)
@@ -204,4 +226,4 @@ def test_engine_trains_the_task_with_validation_and_best_restore(tiny_task, tmp_
     ckpt = max((tmp_path / "run" / "checkpoints").iterdir())
     assert (ckpt / "model.safetensors").stat().st_size < 2_000_000          # adapters only, not the base
     loaded = D.EMMADialogue.load(final, max_new_tokens=3)
-    assert len(loaded.generate_text([tiny_task.valid_dataset()[0].source])) == 1
+    assert len(loaded.generate_text([tiny_task.valid_examples[0].source])) == 1
