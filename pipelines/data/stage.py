@@ -20,6 +20,53 @@ def canonical_dir(source: str) -> str:
     return f"data/canonical/{source}"
 
 
+def training_sources(section: dict | None, name: str) -> tuple[str, ...]:
+    """The canonical datasets a method learns from: params.yaml ``<name>.sources`` (default: synthetic).
+
+    Each entry is ``synthetic`` or a source configured in params.yaml ``sources`` (whose
+    ``ingest_<source>`` stage writes ``data/canonical/<source>/``).
+    """
+    from pipelines.errors import ConfigError
+
+    sources = (section or {}).get("sources") or ["synthetic"]
+    if isinstance(sources, str):
+        sources = [sources]
+    if not isinstance(sources, (list, tuple)) or not all(isinstance(s, str) and s for s in sources):
+        raise ConfigError(f"{name}.sources must be a list of dataset names (synthetic or a configured source), "
+                          f"got {sources!r}.")
+    return tuple(dict.fromkeys(sources))
+
+
+def training_inputs(name: str) -> tuple[str, ...]:
+    """The canonical folders of ``<name>.sources`` in params.yaml: the stage inputs (Dagster, dvc.yaml)."""
+    return tuple(canonical_dir(s) for s in training_sources(load_params().get(name), name))
+
+
+def training_split(ctx, name: str, split: str) -> list[tuple[Path, list]]:
+    """(file, episodes) of ``split`` for each source of ``<name>.sources`` that has that split.
+
+    A source whose canonical folder does not exist is a ConfigError saying how to make it; a source
+    without the split (a dataset published as one file) contributes nothing to it.
+    """
+    from pipelines.data.schema import read_episodes
+    from pipelines.errors import ConfigError
+
+    out = []
+    for source in training_sources(ctx.config.get(name), name):
+        folder = ctx.path(canonical_dir(source))
+        if not folder.is_dir():
+            how = ("run the synthetic and ingest_synthetic stages" if source == "synthetic" else
+                   f"set params.yaml sources.{source} to its published files and run ingest_{source}")
+            raise ConfigError(f"{name}.sources names {source!r}, but {folder} does not exist: {how}.")
+        path = folder / f"{split}.jsonl"
+        if path.exists():
+            out.append((path, read_episodes(path)))
+    if split == "train" and not out:
+        raise ConfigError(f"{name}.sources {list(training_sources(ctx.config.get(name), name))} has no train "
+                          "split: no <source>/train.jsonl under data/canonical.")
+    return out
+
+
 def _rule_specs() -> list[CheckSpec]:
     from pipelines.validate import RULES
 

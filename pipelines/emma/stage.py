@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from pipelines.data.stage import canonical_dir
+from pipelines.data.stage import training_inputs, training_split
 from pipelines.registry import StageResult, stage
 
 EXAMPLES = "data/tasks/emma"
@@ -21,10 +21,9 @@ CODE = ("pipelines/emma", "pipelines/training", "pipelines/models")
 RETRIEVER_EVAL = "retriever_eval.json"
 
 
-def _episodes(ctx, split: str):
-    from pipelines.data.schema import read_episodes
-
-    return read_episodes(ctx.path(f"{canonical_dir('synthetic')}/{split}.jsonl"))
+def _episodes(ctx, split: str) -> list:
+    """The episodes of ``split`` from every dataset of params.yaml ``emma.sources`` (default: synthetic)."""
+    return [episode for _, episodes in training_split(ctx, "emma", split) for episode in episodes]
 
 
 def _make(cls, section: dict | None):
@@ -38,7 +37,7 @@ def _make(cls, section: dict | None):
     return cls(**(section or {}))
 
 
-@stage(name="emma_examples", group="emma", params=("emma",), inputs=(canonical_dir("synthetic"),),
+@stage(name="emma_examples", group="emma", params=("emma",), inputs=training_inputs("emma"),
        outputs=(EXAMPLES,), code=("pipelines/emma",))
 def emma_examples(ctx) -> StageResult:
     """EMMA task examples in the paper's formats: generation ([MAIN SPEAKER] ... [NOW] ... [BOT]),
@@ -51,11 +50,12 @@ def emma_examples(ctx) -> StageResult:
     budget = int(cfg.get("dialogue", {}).get("max_source_length", 1024))
     meta = {}
     for split in ("train", "valid", "test"):
-        path = ctx.path(f"{canonical_dir('synthetic')}/{split}.jsonl")
-        # Generation inputs are fitted to the source budget in whitespace tokens (the model's own
-        # tokenizer is trained in emma_dialogue, after this stage); longer inputs are truncated there.
-        examples = build_examples(_episodes(ctx, split), fmt, file=str(path),
-                                  count_tokens=lambda s: len(s.split()), budget=budget)
+        examples = []
+        for path, episodes in training_split(ctx, "emma", split):
+            # Generation inputs are fitted to the source budget in whitespace tokens (the model's own
+            # tokenizer is trained in emma_dialogue, after this stage); longer inputs are truncated there.
+            examples += build_examples(episodes, fmt, file=str(path), count_tokens=lambda s: len(s.split()),
+                                       budget=budget)
         write_examples(ctx.path(f"{EXAMPLES}/{split}.jsonl"), examples)
         for task in ("generation", "summarize", "link"):
             meta[f"{split}_{task}"] = sum(e.task == task for e in examples)
@@ -82,7 +82,7 @@ def emma_dialogue(ctx) -> StageResult:
     return train_stage(ctx, task, knobs, DIALOGUE, folder=folder)
 
 
-@stage(name="emma_retriever", group="emma", params=("emma",), inputs=(canonical_dir("synthetic"),),
+@stage(name="emma_retriever", group="emma", params=("emma",), inputs=training_inputs("emma"),
        outputs=(RETRIEVER,), launcher="accelerate", code=CODE)
 def emma_retriever(ctx) -> StageResult:
     """EMMA retriever: dual encoder (context <= 512 tokens, memory <= 32), cosine similarity,
@@ -102,6 +102,9 @@ def emma_retriever(ctx) -> StageResult:
     if not is_rank_zero():
         return result
     test = _episodes(ctx, "test")
+    if not test:                        # emma.sources without a test split: nothing to score
+        result.metadata["test_scores"] = "none: no test split in emma.sources"
+        return result
     scores = {"untrained": evaluate_retriever(DualEncoder.from_pretrained(cfg), test),
               "trained": evaluate_retriever(DualEncoder.load(ctx.path(RETRIEVER)), test)}
     (ctx.path(RETRIEVER) / RETRIEVER_EVAL).write_text(json.dumps(scores, indent=2))

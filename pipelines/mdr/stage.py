@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from pipelines.data.stage import canonical_dir
+from pipelines.data.stage import training_inputs, training_split
 from pipelines.registry import StageResult, stage
 
 EXAMPLES = "data/tasks/mdr"
@@ -28,17 +28,18 @@ def mdr_config(ctx):
     return MDRConfig(**{k: v for k, v in section.items() if k in names})
 
 
-@stage(name="mdr_examples", group="mdr", params=("mdr",), inputs=(canonical_dir("synthetic"),),
+@stage(name="mdr_examples", group="mdr", params=("mdr",), inputs=training_inputs("mdr"),
        outputs=(EXAMPLES, TOKENIZER), code=CODE)
 def mdr_examples(ctx) -> StageResult:
     """(P, H, Q, R) examples for MDR from the canonical data, and the tokenizer of the MDR models.
 
     Q is the partner's last utterance, R the main speaker's reply, H the earlier rounds, P the
-    persona. Tokenizer: byte-level BPE trained on the training text (tiny profile) or the named
-    one (paper profile: gpt2).
+    persona; from the canonical datasets of params.yaml ``mdr.sources`` (default: the synthetic
+    data; ConvAI2 / PersonaChat, MSC, CC once ingested). Tokenizer: byte-level BPE trained on the
+    training text (tiny profile) or the named one (paper profile: gpt2).
     """
-    from pipelines.data.schema import read_episodes
     from pipelines.data.tasks import build_mdr_examples, write_mdr_examples
+    from pipelines.errors import DataError
     from pipelines.models.tokenizers import load_tokenizer, train_bpe_tokenizer
 
     cfg = mdr_config(ctx)
@@ -46,9 +47,15 @@ def mdr_examples(ctx) -> StageResult:
     meta = {}
     splits = {}
     for split in ("train", "valid", "test"):
-        path = ctx.path(f"{canonical_dir('synthetic')}/{split}.jsonl")
-        examples = build_mdr_examples(read_episodes(path), max_history_rounds=cfg.max_history_rounds,
-                                      memory_persona=cfg.memory_persona, source=str(path))
+        examples, seen = [], set()
+        for path, episodes in training_split(ctx, "mdr", split):
+            for example in build_mdr_examples(episodes, max_history_rounds=cfg.max_history_rounds,
+                                              memory_persona=cfg.memory_persona, source=str(path)):
+                if example.id in seen:
+                    raise DataError(f"example id {example.id!r} repeats across mdr.sources", file=str(path),
+                                    record=example.id, field="id", rule="ids_unique")
+                seen.add(example.id)
+                examples.append(example)
         write_mdr_examples(ctx.path(f"{EXAMPLES}/{split}.jsonl"), examples)
         splits[split] = examples
         meta[f"examples_{split}"] = len(examples)
