@@ -6,7 +6,7 @@
     python benchmarks/train_throughput.py --tiny               # CPU smoke run (tiny GPT-2, short texts)
 
 Stages (seed 001, section 3): ``teacher`` (Enc_teacher(R) -> R_TE, Dec_teacher(Q, R_TE) -> R, L_teacher),
-``student`` (frozen-teacher features of Q, P and every history round, student encoder + Memory
+``student`` (frozen-teacher features of Q, P, H_P and R, student encoder on Q, P and H_P + Memory
 Net, L_sentence), ``decoder`` (prefix decoder on R^(K), weights from the frozen teacher's token
 features, L_token) and ``lm`` (plain GPT-2 language modelling, the shape of the issue's reference
 MFU figures). Each MDR stage trains through its own TrainTask (the real item builders, collate

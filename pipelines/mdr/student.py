@@ -10,14 +10,33 @@ Seed 001, section 3.2 "Student Encoder" and section 3.3 "Sentence-Level Alignmen
     (P^(K), R^(K)) = MemoryNet(Q_E, P_E)              (P-Update, R-Update; memory_net.py)
     L_sentence = MSE(R^(K), R_TE)                                                        (13)
 
-Each feature is one vector (mean of the last layer, features.py); "Concat" stacks them as the
-slot set the Memory Net attends over. A history round i is the text ``Q(i) sep R(i)`` and H_TE(i)
-its teacher feature. H_P is two rounds, the most similar one and the last one (T-1), each a slot
-(in H_PTE and in H_PSE); when both are the same round it appears twice, as in equation 7. Without
-history (the first round) and without persona those slots are masked out. The teacher is frozen:
-its features are computed under ``torch.no_grad`` (or once before training, teacher_table.py)
-and its parameters never get a gradient. After
-training, :func:`cache_response_features` stores R^(K) per example so inference (stage C, the
+Each feature is one vector (mean of the last layer, features.py); "Concat" in equations 11-12
+stacks them as the slot sets the Memory Net attends over: Q_E has 2 slots, P_E has 4.
+
+H_P is one text (equation 7's Concat of token sequences). A history round i is the ids
+``Q(i) sep R(i) eos`` and H_TE(i) its teacher feature; H_P is the ids of round ``index`` followed
+by those of round T-1 (the last one), ``Q(index) sep R(index) eos Q(T-1) sep R(T-1) eos``, so
+H_PSE = Encoder_student(H_P) and H_PTE = Encoder_teacher(H_P) ("the features in H_TE
+correspond to H_P") are each one slot. Two choices where the paper is silent:
+
+- When the selected round is the last round (always so with one round of history), H_P holds it
+  once: H_P is "partial historical content", a part of H, and a part of H has no round twice; a
+  repeated round would only shift the pooled feature of a one-round H_P. H_P is then exactly
+  that round and H_PTE is its H_TE(index), as equation 12's wording reads.
+- H_P is cut to its last ``max_hp_tokens`` tokens (``max_hp_tokens`` of MDRConfig; each round is
+  already cut to ``max_history_tokens`` + eos): the beginning of the older, selected round is
+  dropped first, and the most recent round, which the paper adds because it is nearest to the
+  query, is kept whole whenever it fits (max_hp_tokens >= max_history_tokens + 1), with the
+  closing eos in every case.
+
+Without history (the first round) the H_P slots, and without persona the P slots, are masked
+out (and zeroed). The teacher is frozen, so the selection and H_P of an example are fixed: with
+``precompute_teacher_features`` they are computed once before training, with the teacher
+features of Q, P, H_P and R (teacher_table.py), and the step receives ``hp_ids``; otherwise
+(and for examples outside the table) :meth:`MDRStudent.partial_history` selects on the device
+from the rounds, with static shapes. Either way the teacher runs under ``torch.no_grad`` and its
+parameters never get a gradient. After training, :func:`cache_response_features` stores R^(K)
+per example (eval mode: the expectation over P^(0), memory_net.py) so inference (stage C, the
 benchmark) does not rerun the student (section 4.2).
 """
 
@@ -64,10 +83,45 @@ def select_history(q_te: torch.Tensor, h_te: torch.Tensor, h_mask: torch.Tensor
     return torch.where(has, index, torch.zeros_like(index)), last, has
 
 
+def partial_history_ids(rounds: Sequence[Sequence[int]], index: int, max_tokens: int) -> list[int]:
+    """Equation 7's H_P of one example as ids: round ``index`` then the last round (once when they
+    are the same round), cut to the last ``max_tokens`` ids; [] without history."""
+    if not rounds:
+        return []
+    last = len(rounds) - 1
+    ids = [*rounds[index], *rounds[last]] if index != last else list(rounds[last])
+    return ids[-max_tokens:]
+
+
+def concat_rounds(h_ids: torch.Tensor, h_mask: torch.Tensor, first: torch.Tensor, last: torch.Tensor,
+                  has: torch.Tensor, max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`partial_history_ids` of a batch on the device, with static shapes (no host sync).
+
+    h_ids / h_mask (N_h, Lh) right-padded rounds; first, last (B,) rows of h_ids (round ``index``
+    and round T-1), has (B,) whether the example has history. Returns hp_ids / hp_mask (B, W),
+    W = min(max_tokens, 2 Lh), right-padded; a row without history is one masked-in filler id 0
+    (as collate's lone pad: its slot is masked out, and the encoder never sees an empty row).
+    """
+    lh = h_ids.shape[1]
+    width = min(max_tokens, 2 * lh)
+    lengths = h_mask.sum(dim=1)                                                  # (N_h,)
+    len_a = torch.where(has & (first != last), lengths[first], 0).unsqueeze(1)   # (B, 1) round index
+    len_b = torch.where(has, lengths[last], 0).unsqueeze(1)                      # (B, 1) round T-1
+    total = len_a + len_b                                                        # (B, 1)
+    pos = torch.arange(width, device=h_ids.device).unsqueeze(0) + (total - width).clamp_min(0)  # (B, W)
+    from_a = h_ids[first].gather(1, pos.clamp_max(lh - 1))                       # (B, W)
+    from_b = h_ids[last].gather(1, (pos - len_a).clamp(0, lh - 1))               # (B, W)
+    mask = pos < total                                                           # (B, W)
+    ids = torch.where(pos < len_a, from_a, from_b).masked_fill(~mask, 0)
+    mask[:, 0] |= ~has                                                           # the lone filler
+    return ids, mask.long()
+
+
 class MDRStudent(nn.Module):
     """Student encoder + Memory Net, with the frozen teacher encoder for the teacher features."""
 
-    def __init__(self, student_encoder: nn.Module, teacher_encoder: nn.Module, memory: MemoryNet):
+    def __init__(self, student_encoder: nn.Module, teacher_encoder: nn.Module, memory: MemoryNet,
+                 max_hp_tokens: int = 256):
         super().__init__()
         hs = student_encoder.get_input_embeddings().embedding_dim
         ht = teacher_encoder.get_input_embeddings().embedding_dim
@@ -78,67 +132,76 @@ class MDRStudent(nn.Module):
         self.teacher = freeze(teacher_encoder)
         self.memory = memory
         self.hidden = ht
+        self.max_hp_tokens = max_hp_tokens
 
     def train(self, mode: bool = True) -> "MDRStudent":
         super().train(mode)
         self.teacher.eval()  # frozen: never dropout
         return self
 
+    @torch.no_grad()
+    def partial_history(self, q_te: torch.Tensor, h_ids: torch.Tensor, h_mask: torch.Tensor,
+                        h_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Equations 6-7 on the device: H_TE of every round, the selection, and H_P.
+
+        q_te (B, H); h_ids / h_mask (N_h, Lh) every history round of the batch, h_index (B, R) the
+        row of round r of example b in h_ids (-1: none). Returns hp_ids / hp_mask (B, W) and
+        hp_present (B,) (:func:`concat_rounds`).
+        """
+        b = q_te.shape[0]
+        if h_ids.shape[0] == 0:                                                  # no history in the batch
+            ids = torch.zeros((b, 1), dtype=torch.long, device=q_te.device)
+            return ids, torch.ones_like(ids), torch.zeros(b, dtype=torch.bool, device=q_te.device)
+        rounds = h_index >= 0                                                    # (B, R)
+        h_rows = sentence_features(self.teacher, h_ids, h_mask)                  # (N_h, H), eq. 6
+        h_te = h_rows[h_index.clamp_min(0)] * rounds.unsqueeze(-1)               # (B, R, H)
+        index, last, has = select_history(q_te, h_te, rounds)                   # eq. 7
+        rows = torch.arange(b, device=q_te.device)
+        first_row = h_index[rows, index].clamp_min(0)                            # (B,)
+        last_row = h_index[rows, last].clamp_min(0)                              # (B,)
+        hp_ids, hp_mask = concat_rounds(h_ids, h_mask, first_row, last_row, has, self.max_hp_tokens)
+        return hp_ids, hp_mask, has
+
     def forward(self, q_ids: torch.Tensor, q_mask: torch.Tensor, p_ids: torch.Tensor, p_mask: torch.Tensor,
-                p_present: torch.Tensor, h_ids: torch.Tensor, h_mask: torch.Tensor, h_index: torch.Tensor,
+                p_present: torch.Tensor, h_ids: torch.Tensor | None = None, h_mask: torch.Tensor | None = None,
+                h_index: torch.Tensor | None = None, hp_ids: torch.Tensor | None = None,
+                hp_mask: torch.Tensor | None = None, hp_present: torch.Tensor | None = None,
                 r_ids: torch.Tensor | None = None, r_mask: torch.Tensor | None = None,
                 q_te: torch.Tensor | None = None, p_te: torch.Tensor | None = None,
-                h_te: torch.Tensor | None = None, r_te: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                hp_te: torch.Tensor | None = None, r_te: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Batch from :func:`pipelines.mdr.tasks.collate_student`:
 
-        q_* (B, Lq); p_* (B, Lp) and p_present (B,); h_ids / h_mask (N_h, Lh) every history round of
-        the batch, h_index (B, R) the row of round r of example b in h_ids (-1: none); r_* (B, Tr)
-        optional (only the loss needs R). q_te, p_te (B, H), h_te (N_h, H), r_te (B, H): the frozen
-        teacher's features when precomputed (teacher_table.py), else computed here. Returns r_pred
-        (B, H), p_k (B, H), selected (B, 2) rows of h_ids used as H_P (-1 where none), and r_te
-        (B, H) when R is given.
+        q_* (B, Lq); p_* (B, Lp) and p_present (B,); H_P either precomputed, hp_* (B, Lhp) and
+        hp_present (B,), or selected here from the rounds h_ids / h_mask (N_h, Lh) and h_index
+        (B, R) (:meth:`partial_history`); r_* (B, Tr) optional (only the loss needs R). q_te, p_te,
+        hp_te, r_te (B, H): the frozen teacher's features when precomputed (teacher_table.py), else
+        computed here. Returns r_pred (B, H), p_k (B, H), and r_te (B, H) when R is given.
         """
-        b, h = q_ids.shape[0], self.hidden
-        with torch.no_grad():                                                    # frozen teacher, eqs. 4-6
+        b = q_ids.shape[0]
+        with torch.no_grad():                                                    # frozen teacher, eqs. 4-7
             if q_te is None:
-                q_te = sentence_features(self.teacher, q_ids, q_mask)           # (B, H)
+                q_te = sentence_features(self.teacher, q_ids, q_mask)           # (B, H), eq. 4
             if p_te is None:
-                p_te = sentence_features(self.teacher, p_ids, p_mask)           # (B, H)
-            if h_te is not None:
-                h_rows = h_te                                                    # (N_h, H)
-            else:
-                h_rows = (sentence_features(self.teacher, h_ids, h_mask) if h_ids.shape[0] > 0
-                          else q_te.new_zeros((0, h)))                           # (N_h, H)
+                p_te = sentence_features(self.teacher, p_ids, p_mask)           # (B, H), eq. 5
+            if hp_ids is None:
+                hp_ids, hp_mask, hp_present = self.partial_history(q_te, h_ids, h_mask, h_index)  # (B, W)
+            if hp_te is None:
+                hp_te = sentence_features(self.teacher, hp_ids, hp_mask)        # (B, H), H_PTE
             if r_te is None and r_ids is not None:
-                r_te = sentence_features(self.teacher, r_ids, r_mask)           # (B, H)
-        round_mask = h_index >= 0                                                # (B, R)
-        h_te = h_rows[h_index.clamp_min(0)] if h_rows.shape[0] else q_te.new_zeros((*h_index.shape, h))
-        h_te = h_te * round_mask.unsqueeze(-1)                                   # (B, R, H)
-        index, last, has = select_history(q_te, h_te, round_mask)               # eq. 7
-        rows = torch.arange(b, device=q_ids.device)
-        selected = torch.stack([h_index[rows, index], h_index[rows, last]], dim=1)  # (B, 2)
-        selected = torch.where(has.unsqueeze(1), selected, torch.full_like(selected, -1))
+                r_te = sentence_features(self.teacher, r_ids, r_mask)           # (B, H), eq. 1
 
         q_se = sentence_features(self.student, q_ids, q_mask)                   # (B, H), eq. 8
         p_se = sentence_features(self.student, p_ids, p_mask)                   # (B, H), eq. 9
-        chosen = selected >= 0                                                   # (B, 2)
-        if h_ids.shape[0] > 0:  # static shapes: both slots of every row encoded, unchosen ones zeroed
-            picked = selected.clamp_min(0).reshape(-1)                           # (2B,)
-            keep = chosen.unsqueeze(-1)                                          # (B, 2, 1)
-            h_pte = h_rows[picked].reshape(b, 2, h) * keep                       # (B, 2, H)
-            enc = sentence_features(self.student, h_ids[picked], h_mask[picked])  # (2B, H), eq. 10
-            h_pse = enc.reshape(b, 2, h) * keep                                  # (B, 2, H)
-        else:                                                                    # no history in the batch
-            h_pte, h_pse = q_te.new_zeros((b, 2, h)), q_se.new_zeros((b, 2, h))
-
-        q_slots = torch.stack([q_te.to(q_se.dtype), q_se], dim=1)               # (B, 2, H), eq. 11
+        hp_se = sentence_features(self.student, hp_ids, hp_mask)                # (B, H), eq. 10
+        dtype = q_se.dtype
+        q_slots = torch.stack([q_te.to(dtype), q_se], dim=1)                    # (B, 2, H), eq. 11
         q_slot_mask = torch.ones((b, 2), dtype=torch.bool, device=q_ids.device)
-        p_slots = torch.cat([p_te.to(p_se.dtype).unsqueeze(1), p_se.unsqueeze(1),
-                             h_pte.to(p_se.dtype), h_pse.to(p_se.dtype)], dim=1)  # (B, 6, H), eq. 12
-        present = p_present.bool().unsqueeze(1)
-        p_slot_mask = torch.cat([present, present, chosen, chosen], dim=1)      # (B, 6)
+        p_slots = torch.stack([p_te.to(dtype), p_se, hp_te.to(dtype), hp_se], dim=1)  # (B, 4, H), eq. 12
+        persona, history = p_present.bool().unsqueeze(1), hp_present.bool().unsqueeze(1)
+        p_slot_mask = torch.cat([persona, persona, history, history], dim=1)    # (B, 4)
+        p_slots = p_slots * p_slot_mask.unsqueeze(-1).to(dtype)                 # absent slots zeroed
         p_k, r_k = self.memory(q_slots, q_slot_mask, p_slots, p_slot_mask)     # P-Update, R-Update
-        out = {"r_pred": r_k, "p_k": p_k, "selected": selected}
+        out = {"r_pred": r_k, "p_k": p_k}
         if r_te is not None:
             out["r_te"] = r_te
         return out
@@ -152,7 +215,8 @@ class MDRStudent(nn.Module):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.student.save_pretrained(str(out_dir / "encoder"))
         save_model(self.memory, str(out_dir / "memory_net.safetensors"))  # handles tied P/R-Update weights
-        (out_dir / "mdr_student.json").write_text(json.dumps({"memory_net": self.memory.settings()}, indent=2))
+        meta = {"memory_net": self.memory.settings(), "max_hp_tokens": self.max_hp_tokens}
+        (out_dir / "mdr_student.json").write_text(json.dumps(meta, indent=2))
 
     @classmethod
     def load(cls, path: str | Path, teacher_encoder: nn.Module) -> "MDRStudent":
@@ -163,7 +227,7 @@ class MDRStudent(nn.Module):
         memory = MemoryNet(**meta["memory_net"])
         load_model(memory, str(path / "memory_net.safetensors"))
         encoder = AutoModel.from_pretrained(str(path / "encoder"), local_files_only=True)
-        return cls(encoder, teacher_encoder, memory)
+        return cls(encoder, teacher_encoder, memory, meta.get("max_hp_tokens", 256))
 
 
 # --- the cache of distilled response features (section 4.2) -----------------------------------
@@ -200,8 +264,10 @@ def load_response_features(path: str | Path) -> dict[str, torch.Tensor]:
 @torch.no_grad()
 def response_features(student: MDRStudent, items: Sequence[dict], ids: Sequence[str], *, collate,
                       batch_size: int = 32) -> dict[str, torch.Tensor]:
-    """R^(K) (H,) per example id, computed in eval mode (deterministic P^(0)) on the student's
-    device. ``items`` are student items (tasks.student_item) and ``collate`` their collate."""
+    """R^(K) (H,) per example id, computed in eval mode on the student's device: with a sampled
+    P^(0) the expectation over its fixed draws (``p0_eval``, memory_net.py), the same for every
+    example whatever the batching. ``items`` are student items (tasks.student_item) and
+    ``collate`` their collate."""
     if len(items) != len(ids):
         raise ValueError(f"{len(items)} items but {len(ids)} ids.")
     was_training = student.training

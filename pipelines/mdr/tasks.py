@@ -8,7 +8,9 @@ pads them in ``collate`` and computes its loss by calling the model (so DDP hook
 
 - :class:`MDRTeacherTask`: MDRTeacher, L_teacher (eq. 3), target count = R tokens (+ eos).
 - :class:`MDRStudentTask`: MDRStudent around the frozen teacher encoder, L_sentence (eq. 13),
-  target count = examples; ``save_final`` also caches R^(K) of ``cache_examples``.
+  target count = examples; by default the teacher features, history selection and H_P of the
+  training and validation items are computed once before training (teacher_table.py);
+  ``save_final`` also caches R^(K) of ``cache_examples`` (eval mode: the expectation over P^(0)).
 - :class:`MDRDecoderTask`: MDRDecoder (copy of the teacher decoder, or fresh), L_token (eq. 14),
   target count = R tokens (+ eos); R^(K) comes from the student's cache.
 
@@ -34,7 +36,8 @@ from pipelines.mdr.prefix_lm import PrefixLM
 from pipelines.mdr.student import MDRStudent, cache_response_features, compute_sentence_loss
 from pipelines.mdr.teacher import MDRTeacher, base_model, compute_teacher_loss
 from pipelines.mdr.text import IGNORE, Codec, pad
-from pipelines.mdr.teacher_table import TeacherFeatureTable, attach_features, attach_rows, item_sequences
+from pipelines.mdr.teacher_table import (TeacherFeatureTable, attach_features, attach_partial_history, attach_rows,
+                                         feature_sequences, item_sequences)
 from pipelines.mdr.token_weights import check_aligned, compute_token_loss
 from pipelines.errors import ConfigError, DataError
 from pipelines.training.config import Tokens
@@ -58,12 +61,13 @@ def gpt2_factory(spec, codec: Codec) -> GPT2Factory:
 def check_positions(lm: nn.Module, cfg: MDRConfig) -> None:
     """ConfigError when the longest MDR sequence does not fit the model's position table."""
     limit = getattr(lm.config, "n_positions", None) or getattr(lm.config, "max_position_embeddings", None)
+    hp = min(cfg.max_hp_tokens, 2 * (cfg.max_history_tokens + 1))               # H_P: two rounds, cut
     longest = max(cfg.prefix_tokens + cfg.max_query_tokens + cfg.max_response_tokens + 2,
-                  cfg.max_persona_tokens + 1, cfg.max_history_tokens + 1)
+                  cfg.max_persona_tokens + 1, cfg.max_history_tokens + 1, hp)
     if limit is not None and longest > limit:
         raise ConfigError(f"the longest MDR sequence has {longest} positions (prefix + query + sep + response + "
-                          f"eos, or a persona / history round + eos) but model {cfg.model!r} has {limit}: lower "
-                          f"mdr.max_*_tokens or use a model with more positions.")
+                          f"eos, a persona / history round + eos, or H_P) but model {cfg.model!r} has {limit}: "
+                          f"lower mdr.max_*_tokens or use a model with more positions.")
 
 
 class ItemDataset(Dataset):
@@ -110,23 +114,29 @@ def student_item(example: MDRExample, codec: Codec, cfg: MDRConfig, *, with_resp
 
 
 def collate_student(items: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pads Q and P; flattens every history round of the batch into h_ids with h_index (B, R)."""
+    """Pads Q and P, and H_P when every item carries its precomputed ids (``hp``, teacher_table.py:
+    hp_ids / hp_mask (B, Lhp), hp_present (B,)); otherwise flattens every history round of the
+    batch into h_ids (N_h, Lh) with h_index (B, R), for the selection in the step."""
     q_ids, q_mask = pad([it["q"] for it in items], pad_id)                       # (B, Lq)
     p_present = torch.tensor([bool(it["p"]) for it in items])                    # (B,)
     p_ids, p_mask = pad([it["p"] or [pad_id] for it in items], pad_id)           # (B, Lp)
-    rounds = [r for it in items for r in it["h"]]
-    h_ids, h_mask = pad(rounds, pad_id)                                          # (N_h, Lh)
-    if not rounds:
-        h_ids, h_mask = h_ids[:0], h_mask[:0]
-    width = max((len(it["h"]) for it in items), default=0)
-    h_index = torch.full((len(items), max(width, 1)), -1, dtype=torch.long)     # (B, R)
-    row = 0
-    for b, it in enumerate(items):
-        for r in range(len(it["h"])):
-            h_index[b, r] = row
-            row += 1
-    batch = {"q_ids": q_ids, "q_mask": q_mask, "p_ids": p_ids, "p_mask": p_mask, "p_present": p_present,
-             "h_ids": h_ids, "h_mask": h_mask, "h_index": h_index}
+    batch = {"q_ids": q_ids, "q_mask": q_mask, "p_ids": p_ids, "p_mask": p_mask, "p_present": p_present}
+    if items and all("hp" in it for it in items):
+        batch["hp_ids"], batch["hp_mask"] = pad([it["hp"] or [pad_id] for it in items], pad_id)  # (B, Lhp)
+        batch["hp_present"] = torch.tensor([bool(it["hp"]) for it in items])    # (B,)
+    else:
+        rounds = [r for it in items for r in it["h"]]
+        h_ids, h_mask = pad(rounds, pad_id)                                      # (N_h, Lh)
+        if not rounds:
+            h_ids, h_mask = h_ids[:0], h_mask[:0]
+        width = max((len(it["h"]) for it in items), default=0)
+        h_index = torch.full((len(items), max(width, 1)), -1, dtype=torch.long) # (B, R)
+        row = 0
+        for b, it in enumerate(items):
+            for r in range(len(it["h"])):
+                h_index[b, r] = row
+                row += 1
+        batch.update(h_ids=h_ids, h_mask=h_mask, h_index=h_index)
     if items and all("r" in it for it in items):
         batch["r_ids"], batch["r_mask"] = pad([it["r"] for it in items], pad_id)
     return batch
@@ -217,10 +227,10 @@ class MDRStudentTask(_MDRTask):
         cfg = self.config
         memory = MemoryNet(self.teacher.hidden, cfg.hops, p0=cfg.p0, init_std=cfg.init_std,
                            share_weights=cfg.share_update_weights, p0_eval=cfg.p0_eval,
-                           eval_seed=cfg.eval_seed)
+                           eval_samples=cfg.p0_eval_samples, eval_seed=cfg.eval_seed)
         student = base_model(self.gpt2())
         check_positions(student, cfg)
-        return MDRStudent(student, self.teacher.encoder, memory)
+        return MDRStudent(student, self.teacher.encoder, memory, cfg.max_hp_tokens)
 
     def _item(self, example: MDRExample) -> dict:
         return student_item(example, self.codec, self.config)
@@ -234,17 +244,20 @@ class MDRStudentTask(_MDRTask):
 
     def _items(self) -> tuple[list[dict], list[dict]]:
         """The training and validation items, built once; with ``precompute_teacher_features`` the
-        frozen teacher's features of every text in them are computed here, once (self.table), and
-        each item records its rows."""
+        frozen teacher's features of every text in them, each item's history selection and H_P
+        (eq. 7) and the features of each H_P are computed here, once (self.table, teacher_table.py),
+        and each item records its H_P ids and its rows."""
         if self._built is None:
             train = [self._item(e) for e in self.train_examples]
             valid = [self._item(e) for e in self.valid_examples]
             if self.config.precompute_teacher_features:
-                pad_id = self.codec.pad_id
-                self.table = TeacherFeatureTable(
-                    self.teacher.encoder, (s for it in train + valid for s in item_sequences(it, pad_id)), pad_id,
-                    progress=self.progress)
-                for item in train + valid:
+                pad_id, encoder, items = self.codec.pad_id, self.teacher.encoder, train + valid
+                self.table = TeacherFeatureTable(encoder, (s for it in items for s in item_sequences(it, pad_id)),
+                                                 pad_id, progress=self.progress)
+                attach_partial_history(items, self.table, self.config.max_hp_tokens)
+                self.table.add(encoder, (s for it in items for s in feature_sequences(it, pad_id)),
+                               desc="teacher features (H_P)")
+                for item in items:
                     attach_rows(item, self.table)
             self._built = (train, valid)
         return self._built

@@ -1,5 +1,7 @@
 """Stage C: token-weighted decoder (seed 001, eq. 14), frozen teacher, generation."""
 
+import math
+
 import pytest
 import torch
 
@@ -54,8 +56,36 @@ def test_huge_sigma_is_plain_cross_entropy(codec, examples, teacher, features):
     plain, m = compute_teacher_loss(out["logits"], out["targets"])
     assert n == m == int(batch["r_mask"].sum())
     assert loss.item() == pytest.approx(plain.item(), abs=1e-6)
-    small = _task(MDRConfig(sigma=0.05, max_query_tokens=16, max_response_tokens=16), codec, examples, teacher, features)
-    assert small.compute_loss(small.build_model().eval(), batch)[0].item() < loss.item()
+
+
+def test_token_loss_of_the_stage_against_eq_14_by_hand(codec, examples, teacher, features):
+    """L_token = -(1/N) sum_i w_i log p(R_i), w_i = exp(-(W_i - max_j W_j)^2 / (2 sigma^2)),
+    W_i = cos(h_i, R_TE), R_TE the mean of the teacher's token states h_i of R (+ eos): written out
+    per response and per token from the teacher's states and the decoder's logits."""
+    sigma = 0.05
+    task = _task(MDRConfig(sigma=sigma, max_query_tokens=16, max_response_tokens=16), codec, examples, teacher,
+                 features)
+    model = task.build_model().eval()
+    batch = task.collate(list(task.train_dataset()))
+    loss, n = task.compute_loss(model, batch)
+    with torch.no_grad():
+        logits = model.decoder(batch["features"], batch["dec_ids"], batch["dec_mask"], batch["labels"]).logits
+        total, count, weights = 0.0, 0, []
+        for row, example in enumerate(examples):
+            r = codec.encoder_ids(example.response, 16)                          # R tokens + eos
+            h = teacher.encoder(input_ids=torch.tensor([r])).last_hidden_state[0]     # (Tr, H), alone
+            r_te = h.mean(0)
+            cos = [float(h[i] @ r_te / (h[i].norm() * r_te.norm())) for i in range(len(r))]
+            w = [math.exp(-(c - max(cos)) ** 2 / (2 * sigma ** 2)) for c in cos]
+            weights += w
+            start = len(codec.encode(example.query)[:16]) + 1                   # R starts after Q sep
+            for i, token in enumerate(r):                                      # the prefix token comes first
+                log_p = torch.log_softmax(logits[row, task.config.prefix_tokens + start + i - 1], dim=-1)
+                total -= w[i] * float(log_p[token])
+                count += 1
+    assert int(n) == count == int(batch["r_mask"].sum())
+    assert loss.item() == pytest.approx(total / count, rel=1e-4)
+    assert min(weights) < 0.5 and max(weights) == 1.0                           # the weights do matter here
 
 
 def test_decoder_starts_from_a_copy_of_the_teacher_decoder(config, codec, examples, teacher, features, gpt2):
@@ -70,11 +100,15 @@ def test_decoder_starts_from_a_copy_of_the_teacher_decoder(config, codec, exampl
 
 
 def test_no_gradient_reaches_the_teacher_and_the_loss_falls(config, codec, examples, teacher, features):
+    """The teacher is unfrozen after the task and model are built (they freeze it): only the stage's
+    own no_grad around the teacher's token weights keeps gradients off it."""
     task = _task(config, codec, examples, teacher, features)
     model = task.build_model().train()
     assert not model.teacher.training
-    batch = task.collate(list(task.train_dataset()))
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for p in teacher.parameters():
+        p.requires_grad_(True)
+    batch = task.collate(list(task.train_dataset()))
     losses = []
     for _ in range(15):
         loss, _ = task.compute_loss(model, batch)
@@ -82,7 +116,7 @@ def test_no_gradient_reaches_the_teacher_and_the_loss_falls(config, codec, examp
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    assert all(p.grad is None for p in teacher.parameters())
+        assert all(p.grad is None for p in teacher.parameters())
     assert model.decoder.prefix_proj.weight.grad is not None
     assert losses[-1] < 0.6 * losses[0]
 

@@ -1,5 +1,7 @@
 """The three MDR TrainTasks end to end on 4 examples, and the MDR config checks."""
 
+import dataclasses
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -16,10 +18,15 @@ from pipelines.mdr.text import IGNORE
 from pipelines.training.config import TrainTask
 
 
-def _train(task, steps, lr):
+def _train(task, steps, lr, teacher=None):
+    """Train ``task``'s model; with ``teacher``, that teacher is unfrozen once the task has built the
+    model (building freezes it), so only the stage's own no_grad keeps gradients off it: checked
+    after every backward."""
     model = task.build_model().train()
-    loader = DataLoader(task.train_dataset(), batch_size=4, collate_fn=task.collate)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    for p in teacher.parameters() if teacher is not None else ():
+        p.requires_grad_(True)
+    loader = DataLoader(task.train_dataset(), batch_size=4, collate_fn=task.collate)
     losses = []
     for _ in range(steps):
         for batch in loader:
@@ -28,6 +35,7 @@ def _train(task, steps, lr):
             loss.backward()
             opt.step()
             losses.append(loss.item())
+            assert teacher is None or all(p.grad is None for p in teacher.parameters())
     return model, losses
 
 
@@ -41,7 +49,7 @@ def test_three_stages_end_to_end(config, codec, examples, gpt2, tmp_path):
     frozen = MDRTeacher.load(tmp_path / "teacher")
     student_task = MDRStudentTask(config, examples, None, codec, frozen, gpt2, cache_examples=examples)
     assert isinstance(student_task, TrainTask) and student_task.valid_dataset() is None
-    student, losses = _train(student_task, 8, 3e-3)
+    student, losses = _train(student_task, 8, 3e-3, teacher=frozen)
     assert losses[-1] < losses[0]
     student_task.save_final(student, tmp_path / "student")
     cache = load_response_features(tmp_path / "student" / FEATURES_FILE)
@@ -51,9 +59,8 @@ def test_three_stages_end_to_end(config, codec, examples, gpt2, tmp_path):
     decoder_task = MDRDecoderTask(config, examples, examples[2:], codec, frozen, cache,
                                   features_source=str(tmp_path / "student" / FEATURES_FILE))
     assert isinstance(decoder_task, TrainTask) and len(decoder_task.valid_dataset()) == 2
-    decoder, losses = _train(decoder_task, 8, 1e-2)
+    decoder, losses = _train(decoder_task, 8, 1e-2, teacher=frozen)
     assert losses[-1] < losses[0]
-    assert all(p.grad is None for p in frozen.parameters())
     decoder_task.save_final(decoder, tmp_path / "decoder")
 
     loaded = PrefixLM.load(tmp_path / "decoder" / "decoder")
@@ -82,6 +89,9 @@ def test_each_stage_step_is_one_graph_without_host_syncs(config, codec, examples
     frozen = MDRTeacher.load(tmp_path / "teacher")
     student_task = MDRStudentTask(config, examples, None, codec, frozen, gpt2)
     assert graphs(student_task, student_task.build_model()) == (1, [])
+    online = dataclasses.replace(config, precompute_teacher_features=False)     # eq. 7 selection in the step
+    student_task = MDRStudentTask(online, examples, None, codec, frozen, gpt2)
+    assert graphs(student_task, student_task.build_model()) == (1, [])
     decoder_task = MDRDecoderTask(config, examples, None, codec, frozen,
                                   {e.id: torch.randn(frozen.hidden) for e in examples})
     assert graphs(decoder_task, decoder_task.build_model()) == (1, [])
@@ -102,6 +112,14 @@ def test_with_the_project_tokenizer_and_gpt2_builder(config, examples, tmp_path)
     short = MDRTeacherTask(config, examples, None, codec, gpt2_factory({"n_positions": 32}, codec))
     with pytest.raises(ConfigError, match="positions"):
         short.build_model()
+    # H_P holds two rounds of up to max_history_tokens + 1 tokens, cut to max_hp_tokens
+    long_rounds = dataclasses.replace(config, max_history_tokens=40)             # rounds 41, H_P 82
+    teacher = MDRTeacherTask(config, examples, None, codec, gpt2_factory({"n_positions": 64}, codec)).build_model()
+    with pytest.raises(ConfigError, match="H_P"):
+        MDRStudentTask(long_rounds, examples, None, codec, teacher, gpt2_factory({"n_positions": 64}, codec)
+                       ).build_model()
+    cut = dataclasses.replace(long_rounds, max_hp_tokens=64)
+    MDRStudentTask(cut, examples, None, codec, teacher, gpt2_factory({"n_positions": 64}, codec)).build_model()
 
 
 def test_items(config, codec, examples):
@@ -140,6 +158,9 @@ def test_no_training_example_is_a_data_error(config, codec, gpt2):
     ({"sigma": float("inf")}, "sigma"),
     ({"p0": "zeros"}, "p0"),
     ({"p0_eval": "median"}, "p0_eval"),
+    ({"p0_eval_samples": 3}, "p0_eval_samples"),
+    ({"p0_eval_samples": 0}, "p0_eval_samples"),
+    ({"max_hp_tokens": 0}, "max_hp_tokens"),
     ({"p0": "learned", "init_std": 0.0}, "same point"),
     ({"decoder_init": "bert"}, "decoder_init"),
     ({"max_history_rounds": -1}, "max_history_rounds"),
