@@ -66,7 +66,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         # EMMA: FLAN-T5-Large dialogue module, BERT-base retriever (Appendix E); names or local paths.
         # Batch 52 at 1024 input tokens needs gradient checkpointing (batch 8 without it: ~55 GiB on an H100).
         "emma": {"dialogue": {"model": "google/flan-t5-large", "gradient_checkpointing": True},
-                 "retriever": {"model": "bert-base-uncased"}},
+                 "retriever": {"model": "bert-base-uncased", "pooling": "cls"}},  # [CLS]: the authors' code
     },
 }
 

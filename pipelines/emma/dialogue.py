@@ -9,14 +9,22 @@ target given the source over the mixed examples,
 QLoRA (Dettmers et al., 2023): the base weights are frozen and stored in 4-bit NormalFloat (NF4) with
 double quantisation (bitsandbytes); only low-rank adapters W + (alpha/r) B A on the T5 linear layers
 (q, k, v, o, wi / wi_0 / wi_1, wo) are trained (peft). Appendix E.1: r = 32, alpha = 32, dropout 0.1,
-4-bit, max input 1024, max target 64, lr 1e-3, batch 52, at most 3 epochs with early stopping.
+4-bit, max input 1024, max target 64, lr 1e-3, batch 52, at most 3 epochs with early stopping, trained
+"on 8 NVIDIA RTX A6000 GPUs". The paper does not say whether 52 is per GPU or in all; 52 is not a multiple
+of 8, so a global batch could not be split evenly over its 8 GPUs: it is read as the batch of each GPU
+(Hugging Face Trainer's ``per_device_train_batch_size``), which is what ``batch_size`` is here (the
+engine's ``TrainConfig.batch_size``: examples per micro-batch per process). An optimizer step then takes
+``batch_size x grad_accum x processes`` examples: 52 with one process, 416 on 8 GPUs as the authors ran.
+The engine stops early on the validation cross-entropy (the paper names no criterion).
 
 Profiles: ``paper`` names FLAN-T5-Large (``google/flan-t5-large`` or a local path) with its tokenizer;
 ``tiny`` initialises a small T5 at random (pipelines.models.t5 spec "tiny"), saves it and loads it back
 4-bit quantised (bitsandbytes 4-bit runs on the CPU), with a byte-level BPE tokenizer trained here on the
 task texts, EMMA's format tokens ([MEMORY], [LINK], [NOW], [SEP], [NONE], [USER], [BOT]) kept whole.
 
-Multi-GPU: DDP or DeepSpeed ZeRO-1/2 (launcher settings). ZeRO-3 is refused with quantised weights.
+Multi-GPU: DDP or DeepSpeed ZeRO-1/2 (launcher settings). ZeRO-3 is refused with quantised weights: here at
+config validation (``zero_stage`` / ``deepspeed``), and by the training engine whatever asked for it (an
+accelerate DeepSpeed config at launch, a ``dialogue_train.deepspeed`` override), before any training.
 """
 
 from __future__ import annotations
@@ -25,26 +33,24 @@ import json
 import os
 import shutil
 import tempfile
+from bisect import bisect_left
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from pipelines.emma.formats import SPECIAL_TOKENS, TASKS, Example, GenerationInput, link_source, parse_link, \
-    parse_summary, summarize_source
+from pipelines.emma.formats import SPECIAL_TOKENS, TASKS, Example, GenerationInput, SourceLayout, link_source, \
+    parse_link, parse_summary, source_layout, summarize_source
 from pipelines.errors import ConfigError
+from pipelines.training.config import ZERO3_WITH_QUANTIZED
 
 CONFIG_FILE = "emma_dialogue.json"
 BASE_DIR = "base"            # the random-init base weights of a spec model, saved beside the adapter
 ADAPTER_DIR = "adapter"
 TOKENIZER_DIR = "tokenizer"
 T5_LINEAR = ("q", "k", "v", "o", "wi", "wi_0", "wi_1", "wo")   # every linear layer of a T5 block
-ZERO3_WITH_4BIT = ("DeepSpeed ZeRO-3 cannot train this model: ZeRO-3 partitions every parameter across GPUs and "
-                   "gathers it for each forward pass, but the frozen base weights are bitsandbytes 4-bit tensors "
-                   "(packed uint8 with their own quantisation state) that ZeRO-3 can neither shard nor gather. "
-                   "With QLoRA use DDP or ZeRO-2 (which shards the LoRA weights' gradients and optimizer states), "
-                   "or set load_in_4bit: false to use ZeRO-3.")
+ZERO3_WITH_4BIT = ZERO3_WITH_QUANTIZED  # the engine refuses the same way, whatever asked for ZeRO-3
 
 
 @dataclass(frozen=True)
@@ -66,9 +72,12 @@ class EMMADialogueConfig:
     max_target_length: int = 64             # max target tokens
     tasks: tuple[str, ...] = TASKS          # tasks mixed in training
     lr: float = 1e-3                        # learning rate
-    batch_size: int = 52                    # examples per optimizer step (over all processes)
+    batch_size: int = 52                    # examples per micro-batch PER PROCESS (TrainConfig.batch_size; E.1's
+                                            # 52 read as per GPU, see the module docstring); a step takes
+                                            # batch_size x grad_accum x processes examples
     max_epochs: int = 3                     # at most this many epochs
-    patience: int = 2                       # validation passes without improvement before early stopping
+    patience: int = 2                       # validation passes (every eval_every steps) without a lower
+                                            # validation loss before early stopping; 0: never stop early
     gradient_checkpointing: bool = False    # recompute activations in backward (memory for time)
     group_by_length: bool = True            # batches of similar source + target lengths (the three tasks differ
                                             # tenfold in length: random batches are mostly padding)
@@ -221,21 +230,83 @@ def build_dialogue_model(cfg: EMMADialogueConfig, tokenizer, base_ref: str | os.
 
 
 def encode(tokenizer, text: str, max_length: int) -> list[int]:
-    """Token ids ending in EOS, cut to ``max_length`` (the EOS kept: T5 reads and writes it)."""
+    """Token ids ending in EOS, at most ``max_length`` (the EOS kept: T5 reads and writes it); see
+    :func:`encode_all` for what an over-long source keeps."""
     return encode_all(tokenizer, [text], max_length)[0]
 
 
 def encode_all(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
-    """:func:`encode` of each text, the texts tokenised in one batched call."""
+    """:func:`encode` of each text, the texts tokenised in one batched call.
+
+    A text over ``max_length`` tokens (Appendix E.1: 1024 input, 64 target) is cut where it loses least:
+
+    - a generation source keeps its head (prefix, speakers, memory block, ``[NOW] <ordinal> session``) and
+      its most recent tokens, so the latest turns and the closing ``[Main]`` slot the target fills survive;
+      the oldest turns go, cut on a turn boundary when at least one whole turn fits (else inside the latest
+      turn). emma_examples already drops the oldest turns to fit, but counting whitespace words: a subword
+      tokenizer makes ~1.6 tokens of a word, so the cut is needed here too.
+    - a summarisation source is cut the same way. The paper summarises "the entire session history"
+      (section 4.1), so any cut departs from it; this one keeps what says whom to summarise ([ABOUT_X],
+      the speakers), drops whole turns rather than a turn's end, and keeps the latest turns, which carry the
+      newest state of what the session changed (the memories that link to and update older ones).
+    - any other text (a link source, a target) keeps its first tokens.
+
+    A head longer than half the budget (a huge memory block) keeps its first half-budget tokens and the
+    tail the rest. Only over-long texts are looked at again (a second tokenizer call for their offsets).
+    """
     if not texts:
         return []
-    eos = tokenizer.eos_token_id
-    out = []
+    eos, keep = tokenizer.eos_token_id, max_length - 1
+    rows = []
     for ids in tokenizer(list(texts), add_special_tokens=True)["input_ids"]:
-        if ids and ids[-1] == eos:
-            ids = ids[:-1]
-        out.append(ids[: max_length - 1] + [eos])
+        rows.append(ids[:-1] if ids and ids[-1] == eos else ids)
+    long = [i for i, ids in enumerate(rows) if len(ids) > keep]
+    layouts = {i: source_layout(texts[i]) for i in long}
+    shaped = [i for i in long if layouts[i] is not None]
+    for i, (head, turns) in zip(shaped, _token_layouts(tokenizer, [texts[i] for i in shaped],
+                                                       [layouts[i] for i in shaped], [rows[i] for i in shaped])):
+        rows[i] = _cut_middle(rows[i], head, turns, keep)
+    for i in long:
+        if layouts[i] is None:
+            rows[i] = rows[i][:keep]
+    return [ids + [eos] for ids in rows]
+
+
+def _token_layouts(tokenizer, texts: Sequence[str], layouts: Sequence[SourceLayout],
+                   rows: Sequence[list[int]]) -> list[tuple[int, list[int]]]:
+    """(head tokens, token index of each turn start) of each text, from its tokens' character offsets.
+
+    A token belongs to the head when it starts before ``head_end``; a turn starts at the first token that
+    starts at or after the space before its tag. A tokenizer without offsets (a slow one) gives the head
+    length by tokenising the head alone (the common prefix with the whole) and no turn boundaries.
+    """
+    if not texts:
+        return []
+    if getattr(tokenizer, "is_fast", False):
+        enc = tokenizer(list(texts), add_special_tokens=True, return_offsets_mapping=True)
+        out = []
+        for offsets, layout, row in zip(enc["offset_mapping"], layouts, rows):
+            starts = [start for start, _ in offsets[: len(row)]]       # the trailing EOS (if any) dropped
+            out.append((bisect_left(starts, layout.head_end), [bisect_left(starts, c) for c in layout.turn_starts]))
+        return out
+    heads = tokenizer([t[: layout.head_end] for t, layout in zip(texts, layouts)], add_special_tokens=True)
+    out = []
+    for head, row in zip(heads["input_ids"], rows):
+        n = 0
+        while n < min(len(head), len(row)) and head[n] == row[n]:
+            n += 1
+        out.append((n, []))
     return out
+
+
+def _cut_middle(ids: list[int], head: int, turns: Sequence[int], keep: int) -> list[int]:
+    """``ids`` cut to ``keep`` tokens: the first ``head`` (at most ``keep // 2``), then the latest tokens,
+    from the oldest turn start that leaves them within ``keep`` when the cut falls among the turns."""
+    kept_head = min(head, keep // 2)
+    start = len(ids) - (keep - kept_head)                   # the first tail token a plain middle cut keeps
+    if start >= head:                                       # the cut falls after the head: snap to a turn
+        start = next((t for t in turns if t >= start), start)
+    return ids[:kept_head] + ids[start:]
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ memory and the memory a retrieved update replaced are shown. Summarisation: at t
 one example about the main speaker and one about the partner, whose target is the session's memories
 about that speaker (owned by the main speaker, in stored order) joined by `` [SEP] ``, or ``[NONE]``.
 Linking: memory sentence 1 is the earlier memory, 2 the newer one (section 4.1: a new memory is compared
-with the memories before it in its own session, then with those of earlier sessions, across speakers);
+with the memories before it in its own session, then with those of earlier sessions, across speakers;
+:func:`link_candidates` lists the pairs in that order);
 each gold link is a "positive" example, and ``negatives_per_positive`` times as many "negative" pairs are
 drawn, seeded per episode, from the unlinked pairs of that same candidate set (one owner).
 """
@@ -42,6 +43,7 @@ import json
 import math
 import os
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator, Literal, Sequence
 
@@ -194,6 +196,47 @@ def fit_history(inp: GenerationInput, count_tokens, budget: int) -> GenerationIn
     return GenerationInput(**{**inp.__dict__, "history": history})
 
 
+GENERATION_PREFIX, SUMMARIZE_PREFIX = "generation:", "summarize [ABOUT_"
+_NOW_MARK = re.compile(re.escape(NOW) + r" \S+ session")     # "[NOW] second session", "[NOW] twenty-first session"
+_TAG = re.compile(r"\[[^\[\]]+\]")
+
+
+@dataclass(frozen=True)
+class SourceLayout:
+    """Where a generation / summarisation source (Appendix E.1's formats) keeps what a cut to the model's max
+    input length must not lose, in character offsets (used by pipelines.emma.dialogue.encode_all).
+
+    ``head_end``: the end of the head, i.e. the task prefix, the speakers, the memory block and the
+    ``[NOW] <ordinal> session`` marker (just the prefix when there is no marker). ``turn_starts``: the space
+    before each turn's speaker tag, oldest turn first; the closing ``[Main]`` / ``[BOT]`` slot of a generation
+    source, which no text follows, is not a turn start.
+    """
+
+    head_end: int
+    turn_starts: tuple[int, ...]
+
+
+def source_layout(text: str) -> SourceLayout | None:
+    """The :class:`SourceLayout` of a generation or summarisation source; None for any other text (a link
+    source, a target). Turns are found by the speaker tags of the head (``[Mia]``, ``[Leo]``) and the role
+    tags ``[USER]`` / ``[BOT]``, each between spaces after the ``[NOW]`` marker; an utterance that itself
+    contains " [Leo] " only adds a cut point inside that turn."""
+    if text.startswith(GENERATION_PREFIX):
+        prefix_end = len(GENERATION_PREFIX)
+    elif text.startswith(SUMMARIZE_PREFIX) and "]:" in text:
+        prefix_end = text.index("]:") + 2
+    else:
+        return None
+    now = _NOW_MARK.search(text, prefix_end)
+    if now is None:
+        return SourceLayout(prefix_end, ())
+    speakers_end = text.find(MEMORY, prefix_end, now.start())
+    speakers = text[prefix_end: speakers_end if speakers_end >= 0 else now.start()]
+    tags = sorted({t for t in _TAG.findall(speakers) if t not in SPECIAL_TOKENS} | {USER, BOT})
+    turn = re.compile(" (?:" + "|".join(map(re.escape, tags)) + ") ")
+    return SourceLayout(now.end(), tuple(m.start() for m in turn.finditer(text, now.end())))
+
+
 def summarize_source(about: str, final_sequence: str) -> str:
     return f"summarize [ABOUT_{about}]: {final_sequence}"
 
@@ -338,9 +381,18 @@ def summarize_examples(episode: Episode, config: FormatConfig | None = None,
 
 
 def link_candidates(view: EpisodeView) -> list[tuple[str, str]]:
-    """Every (earlier, newer) pair the linker is asked about, in time order of the newer memory."""
+    """Every (earlier, newer) pair the linker is asked about, in the order of section 4.1: newer memories in
+    time order; for each, first the memories before it in its own session ("connections are initially
+    established within the memory generated in ongoing sessions"), then those of earlier sessions ("these
+    connections extend to incorporate memories from previous sessions"), each group in time order. The
+    egocentric memory's linker asks in the same order at inference."""
     owned = sorted((m for m in view.memory if view.owned(m)), key=view.order.__getitem__)
-    return [(earlier, newer) for i, newer in enumerate(owned) for earlier in owned[:i]]
+    pairs = []
+    for i, newer in enumerate(owned):
+        session = view.order[newer][0]
+        same = [m for m in owned[:i] if view.order[m][0] == session]
+        pairs += [(earlier, newer) for earlier in same + [m for m in owned[:i] if view.order[m][0] < session]]
+    return pairs
 
 
 def link_examples(episode: Episode, config: FormatConfig | None = None,
@@ -350,12 +402,14 @@ def link_examples(episode: Episode, config: FormatConfig | None = None,
     view = EpisodeView(episode, cfg, file=file)
     candidates = link_candidates(view)
     positives = [pair for pair in candidates if pair in view.links]
-    unlinked = [pair for pair in candidates if pair not in view.links]
+    # drawn from the unlinked pairs in time order (newer, then earlier): the draw does not depend on the asking order
+    unlinked = sorted((pair for pair in candidates if pair not in view.links),
+                      key=lambda pair: (view.order[pair[1]], view.order[pair[0]]))
     wanted = min(len(unlinked), round(cfg.negatives_per_positive * len(positives)))
     rng = random.Random(f"emma-link-negatives:{cfg.seed}:{episode.id}")
     negatives = set(rng.sample(unlinked, wanted))
     out = []
-    for earlier, newer in candidates:         # time order, positives and negatives interleaved
+    for earlier, newer in candidates:         # the asking order, positives and negatives interleaved
         if (earlier, newer) in view.links or (earlier, newer) in negatives:
             label = POSITIVE if (earlier, newer) in view.links else NEGATIVE
             out.append(Example("link", link_source(view.rendered(earlier), view.rendered(newer)), label,

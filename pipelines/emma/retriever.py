@@ -26,13 +26,21 @@ encoders, inside the training forward pass and without gradients (``negative_min
 - "hardest": the most similar negative;
 - "random": a uniformly drawn negative.
 
+Training (Appendix E.2): lr 1e-4, batch 90, margin 0.2, at most 20 epochs "with early stopping" on 8 GPUs.
+The paper names no early-stopping criterion: the engine stops on the validation triplet loss (the loss it
+trains), and Recall@1 / MRR are measured after training on the test split (``evaluate_retriever``; the
+emma_retriever stage reports both the untrained and the trained encoder). The batch is per process (see
+``RetrieverConfig.batch_size``); the negatives are mined among each example's own candidates, not across
+the batch, so the loss of an example does not depend on the batch size.
+
 Measured on the synthetic data (MiniLM init, batch 16, lr 1e-4, early stopping on validation loss, test
 split of 96 episodes, 145 tagged turns): untrained recall@1 0.117 / MRR 0.291; semi-hard 0.159 / 0.341;
 hardest 0.103 / 0.298, its validation loss staying at the margin (0.20): the hardest negatives alone keep
 the triplets at d(a, p) = d(a, n), the collapse FaceNet describes.
 
 Pooling is a choice the paper leaves open: the authors' code takes the [CLS] vector ("cls", used with
-BERT-base); all-MiniLM-L6-v2 was trained with mean pooling ("mean", the tiny default). Long contexts
+BERT-base: the paper profile's setting); all-MiniLM-L6-v2 was trained with mean pooling ("mean", the
+default and the tiny profile's). Long contexts
 are cut from the left, keeping the latest turns (``context_truncation``).
 """
 
@@ -65,13 +73,17 @@ class RetrieverConfig:
     model: str | None = None           # checkpoint name or local path for both encoders; None = shipped MiniLM
     context_max_length: int = 512      # max tokens of the dialogue context (E_c)
     memory_max_length: int = 32        # max tokens of a memory sentence (E_m)
-    pooling: Literal["mean", "cls"] = "mean"  # sentence vector: masked mean of the last layer, or [CLS]
+    pooling: Literal["mean", "cls"] = "mean"  # sentence vector: masked mean of the last layer (MiniLM), or
+                                              # [CLS] (the authors' BERT-base: the paper profile)
     context_truncation: Literal["left", "right"] = "left"  # which end of a long context is cut
     margin: float = 0.2                # triplet margin on the cosine distance (in (0, 2])
     lr: float = 1e-4                   # learning rate (AdamW)
-    batch_size: int = 90               # triplets per optimiser step
-    max_epochs: int = 20               # at most this many epochs, early stopping on validation MRR
-    patience: int = 2                  # epochs without a better validation MRR before stopping
+    batch_size: int = 90               # triplets per micro-batch PER PROCESS (TrainConfig.batch_size): E.2's 90
+                                       # on 8 GPUs read as per GPU (90 is no multiple of 8); a step takes
+                                       # batch_size x grad_accum x processes triplets
+    max_epochs: int = 20               # at most this many epochs, with early stopping (E.2; no criterion named)
+    patience: int = 2                  # validation passes (every eval_every steps) without a lower validation
+                                       # triplet loss before stopping (the engine's criterion); 0: never
     negative_mining: Literal["semi-hard", "hardest", "random"] = "semi-hard"  # which negative of an example is used
     max_negatives: int = 32            # negatives scored per example when mining (seeded subset)
     seed: int = 2024                   # example order, negative subsets
@@ -446,7 +458,8 @@ class RetrieverTask:
         return loss, batch["context_mask"].sum()  # a 0-d tensor: no host sync
 
     def evaluate(self, model: DualEncoder) -> dict[str, float]:
-        """Recall@1 and MRR on the validation episodes (candidates = memories of earlier sessions)."""
+        """Recall@1 and MRR on the validation episodes (candidates = memories of earlier sessions); a report,
+        not the early-stopping criterion (the engine stops on the validation triplet loss)."""
         return evaluate_retriever(model, self.valid_queries)
 
     def save_final(self, model: DualEncoder, out_dir: str | os.PathLike) -> Path:

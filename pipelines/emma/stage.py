@@ -53,7 +53,8 @@ def emma_examples(ctx) -> StageResult:
         examples = []
         for path, episodes in training_split(ctx, "emma", split):
             # Generation inputs are fitted to the source budget in whitespace tokens (the model's own
-            # tokenizer is trained in emma_dialogue, after this stage); longer inputs are truncated there.
+            # tokenizer is trained in emma_dialogue, after this stage); a longer input is cut there, keeping
+            # its head (prefix, speakers, memories, [NOW]) and its latest turns (dialogue.encode_all).
             examples += build_examples(episodes, fmt, file=str(path), count_tokens=lambda s: len(s.split()),
                                        budget=budget)
         write_examples(ctx.path(f"{EXAMPLES}/{split}.jsonl"), examples)

@@ -20,6 +20,14 @@ import torch
 from pipelines.errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# The one sentence refusing ZeRO-3 for a model with quantised (QLoRA) weights: the engine raises it whatever
+# asked for ZeRO-3 (TrainConfig.deepspeed, the launcher's accelerate config), EMMA's config validation too.
+ZERO3_WITH_QUANTIZED = ("DeepSpeed ZeRO-3 cannot train this model: ZeRO-3 partitions every parameter across GPUs "
+                        "and gathers it for each forward pass, but the frozen base weights are bitsandbytes "
+                        "4-bit (or 8-bit) tensors (packed integers with their own quantisation state) that ZeRO-3 "
+                        "can neither shard nor gather. With QLoRA use DDP or ZeRO-2 (which shards the LoRA "
+                        "weights' gradients and optimizer states), or load the base in full precision "
+                        "(emma.dialogue.load_in_4bit: false, glong.extractor.quantize_4bit: false) to use ZeRO-3.")
 Tokens = int | torch.Tensor  # target tokens of a micro-batch: a count known from shapes, or a 0-d device tensor
 SCHEDULES = ("linear", "constant")
 

@@ -4,6 +4,9 @@ Backends come from the launcher, never from code: one process, ``accelerate laun
 with N processes (DDP; gloo on CPU, NCCL on GPU) or N nodes, and DeepSpeed ZeRO-2/3
 (with CPU offload) through accelerate's DeepSpeedPlugin (``TrainConfig.deepspeed`` or
 an accelerate config of ``deploy/accelerate/``). bf16 autocast on CUDA, fp32 on CPU.
+ZeRO-3 is refused, before any training or output, for a model holding bitsandbytes
+4/8-bit weights (QLoRA: EMMA's dialogue module, G-Long's extractor), whichever of those
+routes asked for it (:func:`refuse_zero3_with_quantized`).
 
 One optimizer step s (0-based) over micro-batches b = 1..A (A = ``grad_accum``) is
 
@@ -48,13 +51,13 @@ from pipelines.errors import ConfigError
 from pipelines.training.checkpoint import (TrainerState, adapter_only_checkpoints, checkpoint_root,
                                            latest_checkpoint, prune_checkpoints, read_state, remove_partial,
                                            save_checkpoint)
-from pipelines.training.config import TrainConfig, TrainSummary, TrainTask
+from pipelines.training.config import ZERO3_WITH_QUANTIZED, TrainConfig, TrainSummary, TrainTask
 from pipelines.training.data import dataset_length, evaluate, training_sampler
 from pipelines.training.model_card import render_model_card
 from pipelines.training.schedule import lr_multiplier, set_lr
 
 __all__ = ["TrainConfig", "TrainSummary", "TrainTask", "train", "build_accelerator", "build_optimizer",
-           "resolve_precision", "step_seed"]
+           "resolve_precision", "step_seed", "zero_stage", "refuse_zero3_with_quantized"]
 
 log = logging.getLogger("mnemos.training")
 
@@ -84,18 +87,65 @@ def _single_process_env() -> None:
                        "MASTER_PORT": str(port)})
 
 
+def _launcher_deepspeed() -> bool:
+    """True when the launcher asked for DeepSpeed (``accelerate launch`` with a DeepSpeed accelerate config,
+    or ``--use_deepspeed``): it sets ACCELERATE_USE_DEEPSPEED=true, as accelerate's Accelerator reads it."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def _deepspeed_plugin(config: TrainConfig):
+    """The DeepSpeedPlugin of a run, or None without DeepSpeed: ``TrainConfig.deepspeed``'s JSON, else the
+    launcher's settings, which accelerate's DeepSpeedPlugin() reads from the environment
+    (ACCELERATE_DEEPSPEED_CONFIG_FILE, ACCELERATE_DEEPSPEED_ZERO_STAGE, ...), as the Accelerator itself does.
+    Building the plugin only reads configuration: it starts no process group."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    if config.deepspeed is not None:
+        return DeepSpeedPlugin(hf_ds_config=str(config.deepspeed), gradient_accumulation_steps=config.grad_accum,
+                               gradient_clipping=config.max_grad_norm)
+    return DeepSpeedPlugin() if _launcher_deepspeed() else None
+
+
+def zero_stage(config: TrainConfig) -> int | None:
+    """The DeepSpeed ZeRO stage the run will use (None without DeepSpeed), known before the Accelerator exists.
+
+    ``TrainConfig.deepspeed`` (e.g. ``emma.dialogue_train.deepspeed: deploy/deepspeed/zero3.json``) wins;
+    otherwise the launcher's: ``accelerate launch --config_file deploy/accelerate/deepspeed_zero3.yaml``
+    exports ACCELERATE_USE_DEEPSPEED=true and ACCELERATE_DEEPSPEED_CONFIG_FILE=deploy/deepspeed/zero3.json,
+    ``--use_deepspeed --zero_stage 3`` exports ACCELERATE_DEEPSPEED_ZERO_STAGE=3 (accelerate's default: 2).
+    """
+    plugin = _deepspeed_plugin(config)
+    return None if plugin is None else int(plugin.zero_stage)
+
+
+def _select_process_gpu() -> None:
+    """Make this process's GPU (LOCAL_RANK under a launcher) the current CUDA device, as accelerate's state does
+    when the Accelerator is built. The engine builds the model first: a task that places weights on "cuda"
+    while building them (a 4-bit base loaded with a device_map) must find its own rank's GPU there."""
+    from pipelines.training.launch import process_device
+
+    if torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true":
+        torch.cuda.set_device(process_device())
+
+
+def refuse_zero3_with_quantized(quantized: bool, stage: int | None) -> None:
+    """Raise ConfigError (:data:`ZERO3_WITH_QUANTIZED`) when ZeRO-3 would train bitsandbytes 4/8-bit weights."""
+    if quantized and stage == 3:
+        raise ConfigError(ZERO3_WITH_QUANTIZED)
+
+
 def build_accelerator(config: TrainConfig):
     """The Accelerator of a run: DDP/single process, or DeepSpeed from the config or the launcher."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
-    from accelerate.utils import DataLoaderConfiguration, DeepSpeedPlugin, DistributedDataParallelKwargs
+    from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs
 
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         # A second run in the same process (tests, notebooks) may use another precision/backend.
         AcceleratorState._reset_state()
         GradientState._reset_state()
     cuda = torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
-    use_deepspeed = config.deepspeed is not None or os.environ.get("ACCELERATE_USE_DEEPSPEED", "") == "true"
+    use_deepspeed = config.deepspeed is not None or _launcher_deepspeed()
     kwargs = dict(
         cpu=not cuda and not use_deepspeed,  # without CUDA: gloo processes (MULTI_CPU) under torchrun
         mixed_precision=resolve_precision(config.precision, cuda),
@@ -107,9 +157,7 @@ def build_accelerator(config: TrainConfig):
     )
     if config.deepspeed is not None:
         _single_process_env()
-        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=str(config.deepspeed),
-                                                     gradient_accumulation_steps=config.grad_accum,
-                                                     gradient_clipping=config.max_grad_norm)
+        kwargs["deepspeed_plugin"] = _deepspeed_plugin(config)
     accelerator = Accelerator(**kwargs)
     if _is_deepspeed(accelerator):  # also when the launcher's accelerate config chose DeepSpeed
         ds = accelerator.state.deepspeed_plugin.deepspeed_config
@@ -237,7 +285,9 @@ def _unwrapped_for_saving(accelerator, model, task: TrainTask, zero3: bool):
         state_dict = accelerator.get_state_dict(model)  # collective: gathers the partitioned weights
         if not accelerator.is_main_process:
             return None
-        full = task.build_model()
+        # a full (unpartitioned) model to load the gathered weights into, even under zero3_init_flag
+        with accelerator.state.deepspeed_plugin.zero3_init_context_manager(enable=False):
+            full = task.build_model()
         full.load_state_dict(state_dict)
         return full
     if not accelerator.is_main_process:
@@ -259,25 +309,32 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
                                  "save_final") if not hasattr(task, name)]
     if missing:
         raise ConfigError(f"{type(task).__name__} is not a TrainTask: it lacks {', '.join(missing)}.")
+    stage = zero_stage(config)  # from TrainConfig.deepspeed or the launcher's environment
+
+    # The model is built before the Accelerator so that a refused backend fails here, before DeepSpeed starts
+    # and before anything is written (so no transformers zero.Init: ZeRO-3 partitions the model at prepare).
+    _select_process_gpu()
+    set_seed(config.seed)  # same initial weights on every rank
+    model = task.build_model()
+    keep_4bit_trainable(model)  # a validation pass must not turn 4-bit layers into inference-only ones
+    quantized = is_quantized(model)
+    refuse_zero3_with_quantized(quantized, stage)
+    if quantized:               # a 4-bit base does not reload from a full state dict: checkpoint the adapters
+        adapter_only_checkpoints(model)
+
     accelerator = build_accelerator(config)
     main = accelerator.is_main_process
     tracker = tracker if main else None
     device, rank, world = accelerator.device, accelerator.process_index, accelerator.num_processes
     deepspeed = _is_deepspeed(accelerator)
     zero3 = deepspeed and accelerator.state.deepspeed_plugin.zero_stage == 3
+    refuse_zero3_with_quantized(quantized, 3 if zero3 else None)  # whatever plugin the Accelerator ended up with
     out = Path(config.output_dir)
     root = checkpoint_root(out)
     if main:
         out.mkdir(parents=True, exist_ok=True)
         remove_partial(root)
     accelerator.wait_for_everyone()
-
-    set_seed(config.seed)  # same initial weights on every rank
-    model = task.build_model()
-    keep_4bit_trainable(model)  # a validation pass must not turn 4-bit layers into inference-only ones
-    quantized = is_quantized(model)
-    if quantized:               # a 4-bit base does not reload from a full state dict: checkpoint the adapters
-        adapter_only_checkpoints(model)
     train_ds, valid_ds = task.train_dataset(), task.valid_dataset()
     n_train = dataset_length(train_ds, "training")
     has_valid = valid_ds is not None and dataset_length(valid_ds, "validation") > 0

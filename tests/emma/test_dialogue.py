@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pipelines.emma import dialogue as D
-from pipelines.emma.formats import Example, build_examples
+from pipelines.emma.formats import Example, build_examples, link_source, parse_link, parse_summary, summarize_source
 from pipelines.errors import ConfigError
 
 
@@ -63,6 +63,101 @@ def test_collate_pads_labels_and_ends_with_eos():
     assert batch["labels"].tolist() == [[3, 1], [9, 1]] and batch["input_ids"].shape == (2, 5)
 
 
+# --- cutting over-long inputs: what survives, token by token -------------------------------------------
+
+def word_tokenizer(texts, eos_appended: bool = False):
+    """A fast tokenizer with one token per whitespace-separated word (offsets included), eos "</s>";
+    ``eos_appended``: it appends EOS itself, as T5's does."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2}
+    for word in " ".join(texts).split():
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if eos_appended:
+        tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+
+
+def kept_words(tokenizer, text, max_length):
+    ids = D.encode(tokenizer, text, max_length)
+    assert len(ids) <= max_length and ids[-1] == tokenizer.eos_token_id
+    return " ".join(tokenizer.convert_ids_to_tokens(ids[:-1]))
+
+
+GEN_HEAD = "generation: [Mia] nurse [Leo] brother [MEMORY] m1 [NOW] second session"           # 10 words
+GEN = GEN_HEAD + " [Leo] a1 a2 a3 [Mia] b1 b2 [Leo] c1 c2 c3 [Mia] d1 d2 d3 d4 [Leo] e1 e2 [Mia]"   # 30 words
+
+
+@pytest.mark.parametrize("eos_appended", [False, True])
+def test_an_over_long_generation_source_keeps_its_head_and_latest_turns(eos_appended):
+    """The old cut (ids[:max_length - 1] + EOS) lost the latest turns and the closing [Mia] slot; now the head
+    (prefix, speakers, memories, [NOW] marker) and the most recent turns survive, cut on a turn boundary."""
+    tok = word_tokenizer([GEN, " ".join(f"c{i}" for i in range(13))], eos_appended)
+    assert kept_words(tok, GEN, 31) == GEN                                   # fits: untouched
+    # 29 tokens of room: the head (10) and the latest 19, whose first ("a1") is inside a turn: from the next turn
+    assert kept_words(tok, GEN, 30) == GEN_HEAD + " [Mia] b1 b2 [Leo] c1 c2 c3 [Mia] d1 d2 d3 d4 [Leo] e1 e2 [Mia]"
+    assert kept_words(tok, GEN, 27) == GEN_HEAD + " [Mia] b1 b2 [Leo] c1 c2 c3 [Mia] d1 d2 d3 d4 [Leo] e1 e2 [Mia]"
+    assert kept_words(tok, GEN, 26) == GEN_HEAD + " [Leo] c1 c2 c3 [Mia] d1 d2 d3 d4 [Leo] e1 e2 [Mia]"
+    assert kept_words(tok, GEN, 21) == GEN_HEAD + " [Mia] d1 d2 d3 d4 [Leo] e1 e2 [Mia]"
+    # the latest turn alone does not fit: its oldest words go, the closing [Mia] slot stays
+    long_turn = GEN_HEAD + " [Leo] " + " ".join(f"c{i}" for i in range(1, 13)) + " [Mia]"     # 24 words
+    assert kept_words(tok, long_turn, 21) == GEN_HEAD + " c4 c5 c6 c7 c8 c9 c10 c11 c12 [Mia]"
+    # a head over half the room (a huge memory block) keeps its first half; the tail the rest
+    assert kept_words(tok, GEN, 11) == "generation: [Mia] nurse [Leo] brother [Leo] e1 e2 [Mia]"
+
+
+def test_role_tags_and_a_speaker_tag_inside_an_utterance():
+    head = "generation: [Mia] [Leo] [NOW] third session"                                        # 6 words
+    text = head + " [USER] u1 u2 [BOT] b1 [Leo] says b2 [USER] u3 [BOT]"                         # 17 words
+    tok = word_tokenizer([text])
+    assert kept_words(tok, text, 16) == head + " [BOT] b1 [Leo] says b2 [USER] u3 [BOT]"
+    # " [Leo] " inside the bot's utterance reads as a turn start: the cut may fall there (documented)
+    assert kept_words(tok, text, 14) == head + " [Leo] says b2 [USER] u3 [BOT]"
+
+
+def test_an_over_long_summarize_source_keeps_whom_to_summarise_and_the_latest_turns():
+    head = "summarize [ABOUT_Leo]: [Mia] nurse [Leo] brother [NOW] first session"               # 9 words
+    text = head + " [Mia] a1 a2 [Leo] b1 b2 b3 [Mia] c1 [Leo] d1 d2"                              # 21 words
+    tok = word_tokenizer([text])
+    assert kept_words(tok, text, 22) == text
+    assert kept_words(tok, text, 21) == head + " [Leo] b1 b2 b3 [Mia] c1 [Leo] d1 d2"
+    assert kept_words(tok, text, 19) == head + " [Leo] b1 b2 b3 [Mia] c1 [Leo] d1 d2"
+
+
+def test_other_texts_keep_their_first_tokens():
+    text = "memory sentence 1: Mia has a dog. memory sentence 2: Mia's dog is called Rex."
+    target = "Mia adopted a puppy. [SEP] Leo moved."
+    tok = word_tokenizer([text, target])
+    assert kept_words(tok, text, 6) == "memory sentence 1: Mia has"
+    assert kept_words(tok, target, 4) == "Mia adopted a"
+
+
+def test_a_tokenizer_without_offsets_gets_a_plain_middle_cut():
+    """A slow tokenizer (no offsets): the head is found by tokenising it alone; the tail is the latest tokens."""
+    fast = word_tokenizer([GEN])
+
+    class Slow:                                  # whitespace ids, no offsets
+        is_fast, eos_token_id = False, fast.eos_token_id
+
+        def __call__(self, texts, add_special_tokens=True):
+            return fast(list(texts), add_special_tokens=add_special_tokens)
+
+    ids = D.encode(Slow(), GEN, 21)
+    assert " ".join(fast.convert_ids_to_tokens(ids[:-1])) == GEN_HEAD + " c3 [Mia] d1 d2 d3 d4 [Leo] e1 e2 [Mia]"
+
+
+def test_encode_all_cuts_only_what_is_too_long_in_a_batch():
+    short = "generation: [Mia] nurse [NOW] first session [Mia]"
+    tok = word_tokenizer([GEN, short, "x"])
+    out = D.encode_all(tok, [short, GEN, "x"], 21)
+    assert out[0] == D.encode(tok, short, 21) and len(out[0]) == 8
+    assert out[1] == D.encode(tok, GEN, 21) and len(out[1]) == 20
+    assert D.encode_all(tok, [], 20) == []
+
+
 @pytest.fixture(scope="module")
 def tiny_task(tmp_path_factory):
     from pipelines.data.synthetic import SyntheticConfig, generate
@@ -71,6 +166,29 @@ def tiny_task(tmp_path_factory):
     examples = build_examples(episodes)
     cfg = D.EMMADialogueConfig(tokenizer_vocab_size=600, max_source_length=256, device="cpu")
     return D.EMMADialogueTask(cfg, examples, examples[:6], work_dir=tmp_path_factory.mktemp("emma"))
+
+
+def test_the_cut_falls_on_the_text_boundaries_with_the_tiny_bpe_tokenizer(tiny_task):
+    """With the project's byte-level BPE (subwords, [NOW] etc. kept whole), the kept tokens decode to the
+    head text followed by the text from a turn boundary to the end: nothing else is lost or changed."""
+    from pipelines.emma.formats import GenerationInput, source_layout, summarize_source
+
+    tok = tiny_task.tokenizer
+    history = [("Leo" if i % 2 == 0 else "Mia", f"turn {i}: I walked the puppy to the river again today.")
+               for i in range(40)]
+    inp = GenerationInput("Mia", "nurse", "Leo", "her brother", 2, [("Mia adopted a puppy.", ["Leo has a cat."])],
+                          history)
+    for text in (inp.render(), summarize_source("Leo", inp.final_sequence())):
+        full = D.encode(tok, text, 10_000)
+        ids = D.encode(tok, text, 128)
+        assert len(full) > 300 and len(ids) <= 128 and ids[-1] == tok.eos_token_id
+        layout = source_layout(text)
+        head, kept = text[: layout.head_end], tok.decode(ids[:-1])
+        assert kept.startswith(head) and kept[len(head):] in {text[c:] for c in layout.turn_starts}
+        assert kept.endswith("again today. [Mia]" if text.startswith("generation:") else "again today.")
+        n_head = len(tok(head)["input_ids"])
+        n_tail = len(ids) - 1 - n_head
+        assert ids[:-1] == full[:n_head] + full[-1 - n_tail:-1]   # the whole text's first and last tokens
 
 
 def test_train_lengths_are_the_collated_source_and_target_tokens(tiny_task):
@@ -182,10 +300,46 @@ def test_save_load_and_inference_helpers(tiny_task, tmp_path):
     loaded = D.EMMADialogue.load(out, max_new_tokens=5)
     fresh = D.EMMADialogue(model, tiny_task.tokenizer, loaded.config)
     sources = [ex.source for ex in tiny_task.valid_examples[:3]]
-    assert loaded.generate_text(sources) == fresh.generate_text(sources)
-    assert all(isinstance(t, str) for t in loaded.generate_text(sources))
-    assert isinstance(loaded.summarize("Mia", "[Mia] nurse [NOW] first session [Mia] hi"), list)
-    assert loaded.link("Mia has a dog.", "Mia's dog is called Rex.") in (True, False)
+    outputs = loaded.generate_text(sources)
+    assert outputs == fresh.generate_text(sources) and len(outputs) == 3 and all(isinstance(t, str) for t in outputs)
+    # the helpers are generate_text on the paper's formats, parsed (greedy decoding: the same text twice)
+    final = "[Mia] nurse [Leo] her brother [NOW] first session [Mia] I adopted a puppy."
+    summary_out = loaded.generate_text([summarize_source("Mia", final)])[0]
+    assert loaded.summarize("Mia", final) == parse_summary(summary_out)
+    link_out = loaded.generate_text([link_source("Mia has a dog.", "Mia's dog is called Rex.")])[0]
+    assert loaded.link("Mia has a dog.", "Mia's dog is called Rex.") is parse_link(link_out)
+
+
+class ScriptedDialogue(D.EMMADialogue):
+    """EMMADialogue whose generate_text answers from a script and records the sources it was given."""
+
+    def __init__(self, answers):
+        self.answers, self.sources = list(answers), []
+
+    def generate_text(self, sources, max_new_tokens=None):
+        self.sources += list(sources)
+        return [self.answers.pop(0) for _ in sources]
+
+
+@pytest.mark.parametrize("output, memories", [
+    ("Mia adopted a puppy. [SEP] Mia lives in Porto.", ["Mia adopted a puppy.", "Mia lives in Porto."]),
+    ("Mia adopted a puppy.", ["Mia adopted a puppy."]),
+    ("[NONE]", []),
+    (" [SEP] Mia adopted a puppy. [SEP] ", ["Mia adopted a puppy."]),
+])
+def test_summarize_asks_in_the_paper_format_and_parses_the_answer(output, memories):
+    module = ScriptedDialogue([output])
+    final = "[Mia] nurse [Leo] her brother [NOW] first session [Mia] I adopted a puppy."
+    assert module.summarize("Mia", final) == memories
+    assert module.sources == ["summarize [ABOUT_Mia]: " + final]
+
+
+@pytest.mark.parametrize("output, linked", [("positive", True), (" Positive", True), ("negative", False),
+                                            ("", False)])
+def test_link_asks_in_the_paper_format_and_parses_the_answer(output, linked):
+    module = ScriptedDialogue([output])
+    assert module.link("Mia has a dog.", "Mia's dog is called Rex.") is linked
+    assert module.sources == ["memory sentence 1: Mia has a dog. memory sentence 2: Mia's dog is called Rex."]
 
 
 def test_checkpoints_hold_the_adapters_only_and_load_back(tiny_task, tmp_path):
@@ -227,3 +381,20 @@ def test_engine_trains_the_task_with_validation_and_best_restore(tiny_task, tmp_
     assert (ckpt / "model.safetensors").stat().st_size < 2_000_000          # adapters only, not the base
     loaded = D.EMMADialogue.load(final, max_new_tokens=3)
     assert len(loaded.generate_text([tiny_task.valid_examples[0].source])) == 1
+
+
+def test_the_engine_refuses_zero3_for_the_4bit_module_whatever_asked_for_it(tiny_task, tmp_path):
+    """The config validates without DeepSpeed; ZeRO-3 then arrives through the training knobs (params
+    ``emma.dialogue_train.deepspeed: deploy/deepspeed/zero3.json``, applied after validation): the engine
+    refuses with the same sentence before writing anything (tests/training/test_zero3_refusal.py covers
+    the launcher's environment)."""
+    from pipelines.training import train
+    from pipelines.training.launch import DEPLOY_DIR
+
+    assert tiny_task.config.load_in_4bit and tiny_task.config.deepspeed is None
+    tc = tiny_task.config.train_config(tmp_path / "run", deepspeed=str(DEPLOY_DIR / "deepspeed" / "zero3.json"),
+                                      max_steps=1)
+    with pytest.raises(ConfigError) as err:
+        train(tiny_task, tc, progress=False)
+    assert str(err.value) == D.ZERO3_WITH_4BIT
+    assert not (tmp_path / "run").exists()

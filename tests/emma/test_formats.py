@@ -73,6 +73,31 @@ def test_fit_history_drops_oldest_turns_first():
     assert F.fit_history(inp, words, 1).history == [("Leo", "six")]   # the latest turn always stays
 
 
+def test_source_layout_finds_the_head_and_the_turn_starts(episode):
+    """What an over-long input keeps (pipelines.emma.dialogue.encode_all): the head ends after the [NOW]
+    marker; turns start at the space before each speaker tag; the closing [Mia] slot is no turn start."""
+    ex = by_ref(F.generation_examples(episode), "E1:S1:T3")
+    layout = F.source_layout(ex.source)
+    assert ex.source[: layout.head_end] == "generation: [Mia] nurse [Leo] her brother [NOW] first session"
+    assert [ex.source[c:] for c in layout.turn_starts] == [
+        " [Mia] Hi Leo, I adopted a puppy last week. [Leo] Congratulations! I am moving to Lisbon in May. [Mia]",
+        " [Leo] Congratulations! I am moving to Lisbon in May. [Mia]"]
+    with_memory = by_ref(F.generation_examples(episode), "E1:S3:T2").source
+    layout = F.source_layout(with_memory)
+    assert with_memory[: layout.head_end].endswith("(about Mia, from second session) [NOW] third session")
+    assert [with_memory[c:] for c in layout.turn_starts] == [" [Leo] I finally moved to Lisbon! [Mia]"]
+    summary = F.summarize_examples(episode)[3].source
+    layout = F.source_layout(summary)
+    assert summary[: layout.head_end] == "summarize [ABOUT_Ana]: [Mia] nurse [Ana] coworker [NOW] second session"
+    assert len(layout.turn_starts) == 4 and summary[layout.turn_starts[-1]:] == " [Mia] A little, but I will visit him."
+    roles = by_ref(F.generation_examples(episode, F.FormatConfig(turn_tags="roles")), "E1:S1:T3").source
+    assert [roles[c:c + 7] for c in F.source_layout(roles).turn_starts] == [" [BOT] ", " [USER]"]
+    opening = by_ref(F.generation_examples(episode), "E1:S1:T1").source
+    assert F.source_layout(opening) == F.SourceLayout(len(opening) - len(" [Mia]"), ())
+    assert F.source_layout(F.link_source("a", "b")) is None and F.source_layout("positive") is None
+    assert F.source_layout("generation: [Mia] hi") == F.SourceLayout(len("generation:"), ())   # no [NOW]: the prefix
+
+
 # --- summarisation ---------------------------------------------------------------------------------
 
 def test_summarize_golden(episode):
@@ -129,9 +154,16 @@ def test_link_negatives_are_seeded_unlinked_candidates(episode):
 
 
 def test_link_candidates_within_session_then_earlier(episode):
+    """Section 4.1: a new memory is linked first within its own session, then to earlier sessions."""
     pairs = F.link_candidates(F.EpisodeView(episode))
     assert len(pairs) == 10
-    assert [a for a, b in pairs if b == "E1:S2:M2"] == ["E1:S1:M1", "E1:S1:M2", "E1:S2:M1"]
+    assert [a for a, b in pairs if b == "E1:S2:M2"] == ["E1:S2:M1", "E1:S1:M1", "E1:S1:M2"]
+    assert [a for a, b in pairs if b == "E1:S2:M1"] == ["E1:S1:M1", "E1:S1:M2"]      # nothing before it in S2
+    assert [a for a, b in pairs if b == "E1:S3:M1"] == ["E1:S1:M1", "E1:S1:M2", "E1:S2:M1", "E1:S2:M2"]
+    assert [b for _, b in pairs] == sorted((b for _, b in pairs), key=F.EpisodeView(episode).order.__getitem__)
+    # the link examples ask in that order
+    refs = [e.ref for e in F.link_examples(episode, F.FormatConfig(negatives_per_positive=10.0))]
+    assert refs == [f"{a}>{b}" for a, b in pairs]
 
 
 def test_parse_link():
