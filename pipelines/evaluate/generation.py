@@ -7,6 +7,10 @@
   set of responses (the usual corpus figure); ``c_dist-n`` is the mean over responses of each
   response's own ratio (C-Dist); ``s_dist-n`` is, per context, the ratio over several sampled
   responses to that context, averaged over contexts (S-Dist).
+
+:func:`by_session` scores responses overall and per session number; :func:`temporal_generation_inputs`
+composes EMMA's generation inputs turn by turn under the temporal protocol (what the egocentric memory
+retrieves before each turn).
 """
 
 from __future__ import annotations
@@ -65,4 +69,76 @@ def generation_metrics(hypotheses: Sequence[str], references: Sequence[str],
             s = [distinct(group, n) for group in samples]
             out[f"s_dist-{n}"] = sum(s) / len(s)
     out["responses"] = float(len(hypotheses))
+    return out
+
+
+def by_session(hypotheses: Sequence[str], references: Sequence[str],
+               sessions: Sequence[int | None]) -> tuple[dict[str, float], dict[int, dict[str, float]]]:
+    """:func:`generation_metrics` over all responses and per session number (responses whose session is
+    None count in the overall figures only); sessions in increasing order."""
+    if not len(hypotheses) == len(references) == len(sessions):
+        raise ConfigError(f"{len(hypotheses)} hypotheses, {len(references)} references, {len(sessions)} sessions")
+    overall = generation_metrics(hypotheses, references)
+    per: dict[int, dict[str, float]] = {}
+    for num in sorted({s for s in sessions if s is not None}):
+        idx = [i for i, s in enumerate(sessions) if s == num]
+        per[num] = generation_metrics([hypotheses[i] for i in idx], [references[i] for i in idx])
+    return overall, per
+
+
+def temporal_generation_inputs(strategy, episodes, turn_ids=None, count_tokens=None, budget: int | None = None,
+                               stats: dict[str, float] | None = None) -> dict[str, tuple[int, str]]:
+    """turn id -> (session number, generation sequence) of each main-speaker turn (those in ``turn_ids``
+    when given), composed by the egocentric ``strategy`` as EMMA answers under the temporal protocol.
+
+    RealMem's loop at turn level: a fresh memory per episode; sessions in time order; every turn of a
+    session is composed from the memory of the sessions before it (the retriever's top-1 and the memories
+    linked to it, :meth:`~pipelines.memory.egocentric.Egocentric.compose`) and the session's turns so far;
+    only then does the session enter memory. With ``count_tokens`` and ``budget`` the oldest turns are
+    dropped until the sequence fits (:func:`pipelines.emma.formats.fit_history`), as the generation
+    examples are fitted. ``stats`` (when given) receives what the main speaker's memory held at the end of
+    each episode, summed: ``memories``, ``distinct_memories`` (distinct sentences), ``links``; ``empty``: the
+    composed turns whose memory block is empty; ``episodes``.
+    """
+    from pipelines.emma.formats import fit_history
+    from pipelines.memory.egocentric import session_partner
+
+    wanted = set(turn_ids) if turn_ids is not None else None
+    episodes = list(episodes)
+    strategy.prepare(episodes)
+    turns = {episode.id: [(session, session_partner(episode, session), pos)
+                          for session in sorted(episode.sessions, key=lambda s: s.index)
+                          for pos, turn in enumerate(session.turns)
+                          if turn.speaker == episode.main_speaker and (wanted is None or turn.id in wanted)]
+             for episode in episodes}
+
+    def history(session, pos):
+        return [(t.speaker, t.text) for t in session.turns[:pos]]
+
+    strategy.encode_contexts([strategy.bare_input(episode, episode.main_speaker, partner, session.index + 1,
+                                                  history(session, pos)).context()
+                              for episode in episodes for session, partner, pos in turns[episode.id]])
+    out: dict[str, tuple[int, str]] = {}
+    counts = {"episodes": 0.0, "memories": 0.0, "distinct_memories": 0.0, "links": 0.0, "empty": 0.0}
+    for episode in episodes:
+        strategy.reset()
+        main = episode.main_speaker
+        todo = turns[episode.id]
+        for session in sorted(episode.sessions, key=lambda s: s.index):
+            for turn_session, partner, pos in todo:
+                if turn_session is not session:
+                    continue
+                inp = strategy.compose(main, partner, session.index + 1, history(session, pos), episode=episode)
+                if count_tokens is not None and budget is not None:
+                    inp = fit_history(inp, count_tokens, budget)
+                out[session.turns[pos].id] = (session.index + 1, inp.render())
+                counts["empty"] += not inp.memories
+            strategy.observe(episode, session)
+        held = strategy.memory_of(main)
+        counts["episodes"] += 1
+        counts["memories"] += len(held)
+        counts["distinct_memories"] += len({m.text for m in held.items.values()})
+        counts["links"] += sum(len(v) for v in held.links.values()) / 2
+    if stats is not None:
+        stats.update(counts)
     return out

@@ -28,7 +28,9 @@ recorded as *missing* with the reason, never dropped); :func:`write_report` writ
   against the session number).
 
 "Best" is the highest value for every retrieval metric; ``context_tokens`` and ``queries`` are
-reported, not ranked. A column where every strategy ties has no bold value.
+reported, not ranked. A column where every strategy ties has no bold value. An oracle strategy (its
+class's ``oracle`` says why, e.g. ``egocentric_gold`` reads the dataset's own memories) is a row labelled
+``name (oracle)`` that never takes the bold, with a note under the tables; metrics.json keeps its name.
 """
 
 from __future__ import annotations
@@ -92,6 +94,25 @@ def markdown_table(rows: dict[str, dict[str, float]], columns: Sequence[str],
     return "\n".join(lines)
 
 
+def oracle_reason(name: str) -> str | None:
+    """Why strategy ``name`` is an oracle (its class's ``oracle``), or None when it is a real system."""
+    from pipelines.memory import STRATEGIES
+
+    cls = STRATEGIES.get(name)
+    return getattr(cls, "oracle", None) if cls is not None else None
+
+
+def row_label(name: str) -> str:
+    """A strategy's row in the tables: ``egocentric_gold (oracle)`` for an oracle, else its name."""
+    return f"{name} (oracle)" if oracle_reason(name) else name
+
+
+def _labelled(rows: dict[str, dict[str, float]]) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """(rows keyed by :func:`row_label`, the labels of the rows that compete for bold: not the oracles)."""
+    labelled = {row_label(name): row for name, row in rows.items()}
+    return labelled, [row_label(name) for name in rows if not oracle_reason(name)]
+
+
 def metric_columns(ks: Sequence[int], metrics: Sequence[str] = (*METRICS, "mrr")) -> list[str]:
     return [f"{m}@{k}" for m in METRICS if m in metrics for k in ks] + (["mrr"] if "mrr" in metrics else [])
 
@@ -107,11 +128,13 @@ def granularity_tables(results: dict[str, ProtocolResult], ks: Sequence[int],
     for g in GRANULARITIES:
         rows = {name: {**agg[g], "context_tokens": agg["context_tokens"]} for name, agg in aggs.items() if g in agg}
         if rows:
-            tables[g] = markdown_table(rows, columns + ["context_tokens", "queries"], ranked=columns)
+            rows, competing = _labelled(rows)
+            tables[g] = markdown_table(rows, columns + ["context_tokens", "queries"], ranked=columns,
+                                       ranked_rows=competing)
     if missing and not tables:
         tables["turn"] = markdown_table({}, columns + ["context_tokens", "queries"], ranked=())
     for g in tables:
-        tables[g] += "".join(f"\n| {name} | missing: {why} |" + " |" * (len(columns) + 1)
+        tables[g] += "".join(f"\n| {row_label(name)} | missing: {why} |" + " |" * (len(columns) + 1)
                              for name, why in missing.items()) if missing else ""
     return tables
 
@@ -146,7 +169,8 @@ def breakdown_table(results: dict[str, ProtocolResult], by: str, granularity: st
                     groups.append(label)
     if not rows:
         return None
-    return markdown_table(rows, groups)
+    rows, competing = _labelled(rows)
+    return markdown_table(rows, groups, ranked_rows=competing)
 
 
 def _figure(n_panels: int):
@@ -458,11 +482,15 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
     counts = run.counts()
     if counts:
         cols = list(next(iter(counts.values())).keys())
-        lines += [markdown_table(counts, cols, ranked=()), "",
+        lines += [markdown_table({row_label(name): c for name, c in counts.items()}, cols, ranked=()), "",
                   "Excluded: abstention questions (no evidence to retrieve), queries whose evidence is not "
                   "strictly earlier than the session they are asked in (never shown to a retriever), queries "
                   "without evidence.", ""]
     lines += ["### Retrieval", "", main if main else "No strategy could run.", ""]
+    oracles = {name: oracle_reason(name) for name in suite.strategies if oracle_reason(name)}
+    if oracles:
+        lines += ["Oracle rows (labelled, never bold: they read what a real system has to produce): "
+                  + "; ".join(f"`{name}`: {why}" for name, why in oracles.items()) + ".", ""]
     for by, title in (("per_category", "Per category"),
                       ("per_session", "Per session (the session a query is asked in, numbered from 1)")):
         parts = [(g, breakdown_table(results, by, g, f"recall@{k}", category_names(suite.source)))

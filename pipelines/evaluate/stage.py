@@ -98,11 +98,13 @@ def benchmark(ctx) -> StageResult:
         for path in out["plots"]:
             ctx.tracker.log_artifact(path, artifact_path=f"plots/{path.parent.name}")
     sections = {}
+    egocentric = {**strategy_defaults(["egocentric"], ctx.root)["egocentric"],
+                  **((cfg.get("strategy_settings") or {}).get("egocentric") or {})}
     if synthetic_episodes is not None:  # the trained methods' own sections (written once below)
         generation = _mdr_generation(ctx, synthetic_episodes, split)
         sections = {"mdr_generation": (generation["markdown"], _generation_metrics(generation)),
                     "glong_extractor": _extraction_section(ctx),
-                    "emma": _emma_section(ctx, synthetic_episodes, split)}
+                    "emma": _emma_section(ctx, split, egocentric)}
     _write_sections(ctx, out, sections)
     if ctx.tracker is not None:  # the finished report beside its plots in the MLflow run
         for rel in (REPORT, METRICS):
@@ -176,7 +178,7 @@ def _mdr_generation(ctx, episodes, split: str) -> dict:
         f"(Q, R) rounds of the synthetic {split} split. BLEU (sacrebleu, corpus) and ROUGE-L (rouge-score) "
         "on 0-100; Distinct-n: corpus (dist), per response (c_dist), over 5 samples per context (s_dist). "
         f"The published row is MDR on ConvAI2 with GPT-2 124M: **not comparable** with profile `{ctx.profile}` "
-        "(tiny random-initialised models on synthetic data).", "", table, "", "### By session", "", "\n".join(per),
+        f"({_profile_note(ctx)}).", "", table, "", "### By session", "", "\n".join(per),
         "", "### Samples", "", "\n".join(samples), ""])
     return {"overall": result["overall"], "by_session": result["by_session"], "markdown": md}
 
@@ -220,56 +222,136 @@ def _extraction_section(ctx) -> tuple[str, dict]:
     return md, {f"extraction/{k}": float(v) for k, v in scores.items()}
 
 
-def _emma_section(ctx, episodes, split: str) -> tuple[str, dict]:
-    """EMMA: the retriever's Recall@1 / MRR untrained vs trained, and the dialogue module's
-    responses (generation task) scored with BLEU, ROUGE-L and Distinct per session index."""
+def _profile_note(ctx) -> str:
+    """What the models of this run are, from the config actually used (e.g. "profile `tiny`: a 2x64 GPT-2
+    decoder initialised at random and trained on the synthetic data")."""
+    from pipelines.models.gpt2 import resolve_gpt2_spec
+
+    model = (ctx.config.get("mdr") or {}).get("model", "tiny")
+    spec = resolve_gpt2_spec(model) if isinstance(model, (str, dict)) else None
+    what = (f"a {spec.n_layer}x{spec.n_embd} GPT-2 decoder initialised at random" if spec is not None
+            else f"the pretrained `{model}` decoder")
+    return f"profile `{ctx.profile}`: {what}, trained on the synthetic data"
+
+
+def _retriever_model(ctx) -> str:
+    """The checkpoint the EMMA retriever was initialised from, as the config used names it (the untrained
+    row of the retriever table): params.yaml / profile ``emma.retriever.model``, default the shipped MiniLM."""
+    model = ((ctx.config.get("emma") or {}).get("retriever") or {}).get("model")
+    return str(model) if model else "all-MiniLM-L6-v2, shipped"
+
+
+EMMA_COLUMNS = ("bleu-1", "bleu-2", "rouge-l", "dist-1", "dist-2", "c_dist-1", "c_dist-2")
+EMMA_SESSION_COLUMNS = ("bleu-1", "bleu-2", "rouge-l", "dist-1", "dist-2")
+
+
+def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, dict]:
+    """EMMA: the retriever's Recall@1 / MRR untrained vs trained, and the dialogue module's responses scored
+    with BLEU, ROUGE-L and Distinct, overall and per session number.
+
+    The responses are EMMA's system under the temporal protocol: for each generation test turn (the first
+    ``emma.eval_examples`` of emma_examples' split), the egocentric strategy (``settings``: by default
+    memories written by the dialogue module's summariser and linked by its linker, the trained retriever)
+    holds the sessions before the turn's own; its top-1 memory and the memories linked to it fill the
+    generation sequence's memory block (pipelines.evaluate.generation.temporal_generation_inputs); the
+    dialogue module answers it, greedy. A second row, an oracle, answers the emma_examples inputs, whose
+    memory block is the turn's gold memory tags (with their links)."""
     import json
-    from collections import defaultdict
 
-    from pipelines.emma.dialogue import EMMADialogue
+    from pipelines.data.stage import training_split
     from pipelines.emma.formats import iter_examples
-    from pipelines.evaluate.generation import generation_metrics
+    from pipelines.errors import ModelNotTrained
+    from pipelines.evaluate.generation import by_session, temporal_generation_inputs
+    from pipelines.evaluate.report import markdown_table
+    from pipelines.evaluate.suite import strategy_defaults
+    from pipelines.memory import build_strategy, missing_models
+    from pipelines.memory.egocentric import load_dialogue
 
-    scores = json.loads((ctx.path(EMMA_RETRIEVER) / EMMA_RETRIEVER_EVAL).read_text())
-    examples = [e for e in iter_examples(ctx.path(f"{EMMA_EXAMPLES}/{split}.jsonl")) if e.task == "generation"]
-    limit = int(ctx.config["emma"].get("eval_examples", 64))
-    examples = examples[:limit]
-    model = EMMADialogue.load(ctx.path(EMMA_DIALOGUE))
-    hyps = model.generate_text([e.source for e in examples], max_new_tokens=32)
+    emma_cfg = ctx.config.get("emma") or {}
+    lines = ["## EMMA", "", "### Retriever (dual encoder, triplet loss on cosine distance, margin 0.2)", ""]
+    emma: dict[str, float] = {}
+    eval_file = ctx.path(EMMA_RETRIEVER) / EMMA_RETRIEVER_EVAL
+    if eval_file.is_file():
+        scores = json.loads(eval_file.read_text())
+        u, t = scores["untrained"], scores["trained"]
+        lines += [f"Tagged main-speaker turns of the {split} split of emma.sources; candidates are the memories "
+                  "written in earlier sessions of the episode.", "",
+                  "| encoder | recall@1 | mrr | queries |", "| --- | ---: | ---: | ---: |",
+                  f"| untrained ({_retriever_model(ctx)}) | {u['recall@1']:.3f} | {u['mrr']:.3f} | {int(u['queries'])} |",
+                  f"| trained (profile `{ctx.profile}`) | {t['recall@1']:.3f} | {t['mrr']:.3f} | {int(t['queries'])} |",
+                  ""]
+        emma.update({f"retriever/{w}/{k}": float(v) for w, vals in scores.items() for k, v in vals.items()})
+    else:
+        lines += [f"Not scored: the emma_retriever stage wrote no {EMMA_RETRIEVER_EVAL} (emma.sources has no "
+                  "test split).", ""]
+
+    settings = dict(settings if settings is not None else strategy_defaults(["egocentric"], ctx.root)["egocentric"])
+    limit = int(emma_cfg.get("eval_examples", 64))
+    examples_file = ctx.path(f"{EMMA_EXAMPLES}/{split}.jsonl")
+    examples = ([e for e in iter_examples(examples_file) if e.task == "generation"][:limit]
+                if examples_file.is_file() else [])
+    lines += ["### Dialogue module (QLoRA T5, generation task)", ""]
+    absent = missing_models("egocentric", settings)
+    if not examples or absent:
+        why = "; ".join(str(e) for e in absent) or f"no generation example in {EMMA_EXAMPLES}/{split}.jsonl"
+        return "\n".join(lines + [f"Not scored: {why}.", ""]), emma
+
+    wanted = {e.episode_id for e in examples}
+    episodes = [e for _, eps in training_split(ctx, "emma", split) for e in eps if e.id in wanted]
+    try:
+        strategy = build_strategy("egocentric", **settings)
+        dialogue = strategy.dialogue or load_dialogue(settings.get("dialogue") or ctx.path(EMMA_DIALOGUE),
+                                                      strategy.config.dialogue_batch_size)
+    except ModelNotTrained as exc:
+        return "\n".join(lines + [f"Not scored: {exc}.", ""]), emma
+    budget = int((emma_cfg.get("dialogue") or {}).get("max_source_length", 1024))
+    stats: dict[str, float] = {}
+    inputs = temporal_generation_inputs(strategy, episodes, {e.ref for e in examples},
+                                        count_tokens=lambda text: len(text.split()), budget=budget, stats=stats)
+    examples = [e for e in examples if e.ref in inputs]
+    max_new = 32
     refs = [e.target for e in examples]
-    overall = generation_metrics(hyps, refs)
-    index = {s.id: s.index + 1 for e in episodes for s in e.sessions}
-    groups = defaultdict(list)
-    for i, e in enumerate(examples):
-        groups[index.get(e.session_id)].append(i)
-    per = ["| session | responses | bleu-1 | bleu-2 | rouge-l | dist-1 | dist-2 |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    by = {}
-    for num in sorted(k for k in groups if k is not None):
-        idx = groups[num]
-        m = generation_metrics([hyps[i] for i in idx], [refs[i] for i in idx])
-        by[num] = m
-        per.append(f"| {num} | {len(idx)} | {m['bleu-1']:.2f} | {m['bleu-2']:.2f} | {m['rouge-l']:.2f} | "
-                   f"{m['dist-1']:.3f} | {m['dist-2']:.3f} |")
-    u, t = scores["untrained"], scores["trained"]
-    md = "\n".join([
-        "## EMMA", "",
-        "### Retriever (dual encoder, triplet loss on cosine distance, margin 0.2)", "",
-        f"Tagged main-speaker turns of the synthetic {split} split; candidates are the memories written in "
-        "earlier sessions of the episode.", "",
-        "| encoder | recall@1 | mrr | queries |", "| --- | ---: | ---: | ---: |",
-        f"| untrained (all-MiniLM-L6-v2) | {u['recall@1']:.3f} | {u['mrr']:.3f} | {int(u['queries'])} |",
-        f"| trained (profile `{ctx.profile}`) | {t['recall@1']:.3f} | {t['mrr']:.3f} | {int(t['queries'])} |", "",
-        "### Dialogue module (QLoRA T5, generation task)", "",
-        f"{len(examples)} generation inputs of the {split} split (memories, links, [NOW], history), greedy. "
-        "EMMA's published evaluation is human judgement on MiSC: not comparable with these figures.", "",
-        "| bleu-1 | bleu-2 | rouge-l | dist-1 | dist-2 | c_dist-1 | c_dist-2 |", "|" + " ---: |" * 7,
-        "| " + " | ".join(f"{overall[k]:.3f}" for k in ("bleu-1", "bleu-2", "rouge-l", "dist-1", "dist-2",
-                                                         "c_dist-1", "c_dist-2")) + " |", "",
-        "By session:", "", "\n".join(per), ""])
-    emma = {}
-    emma.update({f"retriever/{w}/{k}": float(v) for w, vals in scores.items() for k, v in vals.items()})
-    emma.update({f"generation/{k}": float(v) for k, v in overall.items()})
-    for num, m in by.items():
-        emma.update({f"generation/session_{num}/{k}": float(m[k]) for k in ("bleu-1", "rouge-l")})
-    return md, emma
+    sessions = [inputs[e.ref][0] for e in examples]
+    systems = {
+        "emma": ("EMMA: top-1 + linked memories (trained retriever; memories "
+                 + ("written and linked by the dialogue module" if strategy.config.memory_source == "model"
+                    else "from the dataset") + ")", [inputs[e.ref][1] for e in examples]),
+        "oracle": ("oracle: the turn's gold memory tags and their links", [e.source for e in examples]),
+    }
+    results, hyps = {}, {}
+    for key, (_, sources) in systems.items():
+        hyps[key] = dialogue(sources, max_new)
+        results[key] = by_session(hyps[key], refs, sessions)
+
+    decimals = {c: (2 if c.startswith(("bleu", "rouge")) else 3) for c in EMMA_COLUMNS}
+    decimals["responses"] = 0
+    overall = {label: {"responses": float(len(refs)), **results[key][0]} for key, (label, _) in systems.items()}
+    per = {f"{label.split(':')[0]}, session {num}": m
+           for key, (label, _) in systems.items() for num, m in results[key][1].items()}
+    source = "the dialogue module's own summaries" if strategy.config.memory_source == "model" else "the dataset's memories"
+    lines += [
+        f"{len(examples)} main-speaker turns of the {split} split (the first emma.eval_examples = {limit} generation "
+        f"examples), greedy, at most {max_new} new tokens; {len(episodes)} episodes replayed under the temporal "
+        "protocol: before each turn the egocentric memory holds the sessions before the turn's own, its top-1 "
+        "memory by the trained retriever and the memories linked to it fill the [MEMORY] block of the generation "
+        f"sequence (memories from {source}; {stats.get('memories', 0):.0f} memories, "
+        f"{stats.get('distinct_memories', 0):.0f} distinct sentences and {stats.get('links', 0):.0f} links written "
+        f"over those episodes; {stats.get('empty', 0):.0f} turns with no memory to show). The oracle row answers "
+        "the same turns with the dataset's memory tags as the block. BLEU (sacrebleu, corpus) and ROUGE-L "
+        "(rouge-score) on 0-100, Distinct-n over all responses (dist) and per response (c_dist). EMMA's "
+        "published evaluation is human judgement on MiSC: not comparable with these figures.", "",
+        markdown_table(overall, ["responses", *EMMA_COLUMNS], row_label="system",
+                       ranked_rows=[systems["emma"][0]], decimals=decimals), "",
+        "By session (the session number of the turn, from 1):", "",
+        markdown_table(per, ["responses", *EMMA_SESSION_COLUMNS], ranked=(), row_label="system, session",
+                       decimals=decimals), "",
+        "Samples:", "", "| reference | EMMA | oracle |", "| --- | --- | --- |",
+        *[f"| {refs[i]} | {hyps['emma'][i]} | {hyps['oracle'][i]} |".replace("\n", " ")
+          for i in range(0, len(refs), max(1, len(refs) // 3))][:3], ""]
+    for key, prefix in (("emma", "generation"), ("oracle", "generation_oracle")):
+        overall_m, per_m = results[key]
+        emma.update({f"{prefix}/{k}": float(v) for k, v in overall_m.items()})
+        for num, m in per_m.items():
+            emma.update({f"{prefix}/session_{num}/{k}": float(m[k]) for k in ("responses", *EMMA_SESSION_COLUMNS)})
+    emma.update({f"generation/memory/{k}": float(v) for k, v in stats.items()})
+    return "\n".join(lines), emma

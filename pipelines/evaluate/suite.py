@@ -309,8 +309,9 @@ def memory_tag_queries(episode: Episode) -> Episode:
     """The episode with one query per main-speaker utterance tagged with earlier memories.
 
     For the turn at position i of session s whose ``memory_tags`` name memories listed in sessions
-    before s: question = the turns 0..i-1 of s as "Speaker: text" lines (the dialogue context EMMA's
-    retriever reads), answer = the tagged utterance, evidence_memories = those tags,
+    before s: question = the turns 0..i-1 of s as "Speaker: text" lines, one per turn (the egocentric
+    strategies read such a question back as those turns, in the generation format EMMA's retriever is
+    trained on: ``[Leo] ... [Mia] ... [Mia]``), answer = the tagged utterance, evidence_memories = those tags,
     evidence_sessions = the sessions that listed them, asked in s (so answered from the memory of
     the sessions before s only). Tags of memories written in s itself or later are not evidence; a
     turn left with none, or opening its session (no context), asks nothing. The episode's own
@@ -327,7 +328,7 @@ def memory_tag_queries(episode: Episode) -> Episode:
                     if m in listed_in and order[listed_in[m]] < pos]
             if not tags:
                 continue
-            context = "\n".join(f"{t.speaker}: {t.text}" for t in session.turns[:i])
+            context = "\n".join(f"{t.speaker}: {' '.join(t.text.split())}" for t in session.turns[:i])
             queries.append(Query(id=f"{turn.id}:memory_tags", session_id=session.id, question=context,
                                  answer=turn.text, evidence_memories=tags,
                                  evidence_sessions=list(dict.fromkeys(listed_in[m] for m in tags)),
@@ -344,7 +345,10 @@ def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "
     defaults: dict[str, dict[str, Any]] = {
         "dense": {"cache_dir": cache, "batch_size": embedding_batch_size},
         "hybrid": {"cache_dir": cache, "batch_size": embedding_batch_size},
-        "egocentric": {"retriever": str(models / "emma_retriever")},
+        # EMMA: memories written and linked by the trained dialogue module, retrieved by the trained retriever
+        "egocentric": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue")},
+        # the oracle: the dataset's own memories and links, the same retriever
+        "egocentric_gold": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue")},
         "graph": {"importance": "model", "importance_model": str(models / "glong_importance"),
                   "extractor_model": str(models / "glong_extractor"), "cache_dir": cache},
         "mdr": {"teacher": str(models / "mdr_teacher")},

@@ -142,6 +142,9 @@ class MemoryStrategy(ABC):
     model_settings: ClassVar[dict[str, str]] = {}
     # Setting values that mean "no trained model needed" (e.g. egocentric retriever "minilm").
     untrained_values: ClassVar[frozenset[str]] = frozenset()
+    # An oracle reads what a real system would have to produce (e.g. the dataset's own memories): the
+    # report labels it, says why, and never ranks it among the strategies (None: not an oracle).
+    oracle: ClassVar[str | None] = None
 
     @classmethod
     def required_models(cls, settings: dict) -> dict[str, str]:

@@ -101,3 +101,34 @@ def test_headline_k():
 def test_bad_benchmark_settings(episode, tmp_path, strategies, settings, match):
     with pytest.raises(ConfigError, match=match):
         run_benchmark([episode], strategies, out_dir=tmp_path, strategy_settings=settings, show_progress=False)
+
+
+def test_an_oracle_is_labelled_explained_and_never_bold(episode, tmp_path, monkeypatch):
+    """egocentric_gold reads the dataset's own memories: its rows say "(oracle)", never take the bold, a note
+    says why; metrics.json keeps the strategy's name."""
+    import torch
+
+    from pipelines.memory.egocentric import strategy as ego
+
+    class Words:  # a bag-of-words retriever over the fixture's words (test double)
+        vocab = ("red", "kite", "blue", "boat", "green", "tea", "grey", "cat", "pink", "rose", "gold", "coin",
+                 "flies", "sails", "steeps", "blooms", "dries", "ana")
+
+        def _vec(self, texts):
+            return torch.tensor([[float(w in t.lower()) for w in self.vocab] for t in texts])
+
+        encode_memory = encode_context = _vec
+
+    monkeypatch.setattr(ego, "_load_retriever", lambda ref, device: Words())
+    episode = episode.model_copy(update={"sessions": [s.model_copy(update={"partner": "Bo"}) for s in episode.sessions]})
+    run_benchmark([episode], ["no_history", "bm25", "egocentric_gold"], ks=(1, 3), out_dir=tmp_path,
+                  strategy_settings={"egocentric_gold": {"retriever": "minilm"}}, show_progress=False)
+    md = (tmp_path / "benchmark.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| egocentric_gold")]
+    assert rows and all(line.startswith("| egocentric_gold (oracle) |") and "**" not in line for line in rows)
+    session = md.split("### session granularity")[1].split("\n\n")[1]
+    assert "**" in next(r for r in session.splitlines() if r.startswith("| bm25 |"))   # the real systems compete
+    assert ("Oracle rows (labelled, never bold: they read what a real system has to produce): `egocentric_gold`: "
+            "the dataset's own (gold) memories and links") in md
+    assert "### memory granularity" in md             # scored at memory level (the dataset's memory ids)
+    assert "egocentric_gold" in json.loads((tmp_path / "metrics.json").read_text())["synthetic"]

@@ -1,7 +1,9 @@
-"""EMMA's egocentric memory strategy (registered as ``egocentric``): see :mod:`.strategy`."""
+"""EMMA's egocentric memory strategies (``egocentric``, and the ``egocentric_gold`` oracle): see :mod:`.strategy`."""
 
-from pipelines.memory.egocentric.config import EgocentricConfig
+from pipelines.memory.egocentric.config import EgocentricConfig, EgocentricGoldConfig
 from pipelines.memory.egocentric.store import AgentMemory, StoredMemory
-from pipelines.memory.egocentric.strategy import Egocentric, Seq2Seq
+from pipelines.memory.egocentric.strategy import (Egocentric, EgocentricGold, MemoSeq2Seq, Seq2Seq, load_dialogue,
+                                                  session_partner)
 
-__all__ = ["AgentMemory", "Egocentric", "EgocentricConfig", "Seq2Seq", "StoredMemory"]
+__all__ = ["AgentMemory", "Egocentric", "EgocentricConfig", "EgocentricGold", "EgocentricGoldConfig", "MemoSeq2Seq",
+           "Seq2Seq", "StoredMemory", "load_dialogue", "session_partner"]

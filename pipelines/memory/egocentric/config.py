@@ -1,4 +1,10 @@
-"""Settings of the egocentric memory strategy (EMMA, seed 000, sections 3.3 and 4)."""
+"""Settings of the egocentric memory strategies (EMMA, seed 000, sections 3.3 and 4).
+
+``egocentric`` is EMMA's system: memories written by the dialogue module's summariser and linked by its
+linker (``memory_source: model``, ``link_source: model``, the dialogue module read from ``dialogue``).
+``egocentric_gold`` is an oracle (an upper bound for the same retrieval): the dataset's own memories and
+links (MiSC's, or the synthetic generator's), retrieved the same way.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +21,15 @@ SOURCES = ("gold", "model")
 class EgocentricConfig(StrategyConfig):
     """Where memories and links come from, who keeps a memory, and how memories are written."""
 
-    # "gold": the dataset's Session.memories (MiSC, synthetic); "model": the dialogue module's
-    # "summarize [ABOUT_X]: ..." task run at the end of each session (needs an injected model).
-    memory_source: Literal["gold", "model"] = "gold"
-    # "gold": the dataset's Session.links; "model": the dialogue module's "memory sentence 1: ..." task
-    # (needs an injected model; a model-written memory can only be linked by the model).
-    link_source: Literal["gold", "model"] = "gold"
+    # "model" (EMMA): the dialogue module's "summarize [ABOUT_X]: ..." task run at the end of each session;
+    # "gold": the dataset's Session.memories (MiSC, synthetic), an oracle.
+    memory_source: Literal["gold", "model"] = "model"
+    # "model" (EMMA): the dialogue module's "memory sentence 1: ..." task; "gold": the dataset's Session.links
+    # (a model-written memory can only be linked by the model).
+    link_source: Literal["gold", "model"] = "model"
+    # the directory of a trained EMMA dialogue module (pipelines.emma.dialogue.EMMADialogue.load), needed when
+    # memory_source or link_source is "model" and no dialogue= callable is injected
+    dialogue: str | None = None
     # "main": only the episode's main speaker keeps a memory (MiSC); "all": every speaker of a session
     # keeps its own, isolated memory (EMMA instances talking to each other, Appendix J).
     agents: Literal["main", "all"] = "main"
@@ -30,7 +39,9 @@ class EgocentricConfig(StrategyConfig):
     device: str = "cpu"                    # torch device of the retriever
     memory_provenance: bool = True         # memory sentences as "text (about X, from first session)"
     turn_tags: Literal["names", "roles"] = "names"  # speaker tags of the generation format
-    max_new_tokens: int = 64               # generation length of the summariser / linker (max target 64)
+    max_new_tokens: int = 64               # generation length of the summariser (max target length 64)
+    link_max_new_tokens: int = 8           # generation length of the linker ("positive" / "negative")
+    dialogue_batch_size: int = 32          # dialogue-module inputs decoded per generate call
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -47,9 +58,27 @@ class EgocentricConfig(StrategyConfig):
             raise ConfigError(f"egocentric.turn_tags must be 'names' or 'roles', got {self.turn_tags!r}.")
         if not self.retriever or not str(self.retriever).strip():
             raise ConfigError("egocentric.retriever must be 'minilm' or the directory of a trained EMMA retriever.")
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"egocentric.max_new_tokens must be at least 1, got {self.max_new_tokens}.")
+        if self.dialogue is not None and not str(self.dialogue).strip():
+            raise ConfigError("egocentric.dialogue must be the directory of a trained EMMA dialogue module, or null.")
+        for name in ("max_new_tokens", "link_max_new_tokens", "dialogue_batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"egocentric.{name} must be a positive integer, got {value!r}.")
 
     @property
     def needs_model(self) -> bool:
         return self.memory_source == "model" or self.link_source == "model"
+
+
+@dataclass(frozen=True)
+class EgocentricGoldConfig(EgocentricConfig):
+    """``egocentric_gold``: the dataset's memories and links (an oracle), EMMA's retrieval."""
+
+    memory_source: Literal["gold", "model"] = "gold"
+    link_source: Literal["gold", "model"] = "gold"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.memory_source != "gold":
+            raise ConfigError("egocentric_gold keeps the dataset's own memories (memory_source: gold); for "
+                              "memories written by the dialogue module use the 'egocentric' strategy.")

@@ -2,21 +2,35 @@
 
 Writing (end of each session, :meth:`Egocentric.observe`): every agent of the session (the episode's
 main speaker, or every speaker with ``agents: all``) writes memories about itself and about its partner,
-from its own perspective, into its own store, under that partner. The memories are the dataset's
-(``memory_source: gold``) or the dialogue module's answers to ``summarize [ABOUT_X]: {final sequence}``
-(``model``). Then they are linked (``link_source``): the dataset's links, or the dialogue module asked
-``memory sentence 1: {earlier} memory sentence 2: {new}`` for each new memory against the new memories
-before it in the session, then against every earlier memory of the agent (about either speaker), a link
-being kept on "positive". Nothing is overwritten or deleted by an update; a newer memory links the old one.
+from its own perspective, into its own store, under that partner. The memories are the dialogue module's
+answers to ``summarize [ABOUT_X]: {final sequence}`` (``memory_source: model``, EMMA's system, the default)
+or the dataset's own (``gold``: the ``egocentric_gold`` oracle). Then they are linked (``link_source``): the
+dialogue module asked ``memory sentence 1: {earlier} memory sentence 2: {new}`` for each new memory against
+the new memories before it in the session, then against every earlier memory of the agent (about either
+speaker), a link being kept on "positive"; or the dataset's links. Nothing is overwritten or deleted by an
+update; a newer memory links the old one.
+
+The dialogue module is ``dialogue=`` (any text-to-text callable) or loaded from the ``dialogue`` setting
+(:func:`load_dialogue`). Its outputs are memoised per input sequence (:class:`MemoSeq2Seq`: greedy decoding
+is a function of the input), and :meth:`Egocentric.prepare` decodes every summary of the episodes to come in
+batches, then every link question, so that :meth:`observe` finds its answers ready: the memory still
+changes only in ``observe``.
 
 Retrieval (section 4.2): the dual encoder scores sim(c, m_i) = cos(E_c(c), E_m(m_i)) (eq. 1) over the
-agent's memories, with c the dialogue context in the generation format (speakers, [NOW], the query as
-the partner's utterance). EMMA keeps the top-1 memory plus every memory linked to it (one hop, both
-directions: the update of a retrieved memory and the memory a retrieved update replaced). For ranking
-metrics at depth k > 1 the ranking continues the same way: the next memory by similarity, followed by
-its linked memories not yet listed (linked items carry the score of the memory that brought them in).
+agent's memories, with c the dialogue context in the generation format (speakers, [NOW], each turn of the
+session so far after its speaker's tag, the main speaker's tag last), as the retriever is trained. A query
+whose question is a dialogue excerpt (one ``Speaker: text`` line per turn, every speaker one of the
+episode's: MiSC's memory-tag queries) is read as those turns; any other question as one utterance of the
+session's partner. EMMA keeps the top-1 memory plus every memory linked to it (one hop, both directions:
+the update of a retrieved memory and the memory a retrieved update replaced). For ranking metrics at
+depth k > 1 the ranking continues the same way: the next memory by similarity, followed by its linked
+memories not yet listed (linked items carry the score of the memory that brought them in).
 ``context()`` is the generation sequence the dialogue module reads, with EMMA's selection as its memory
 block (``context_k`` is not used: the selection is top-1 plus links).
+
+Scoring granularities: a model-written memory has an id of its own (``<session>:<agent>:M<n>``), never a
+dataset memory id, so ``egocentric`` is scored at session level only; ``egocentric_gold`` at memory and
+session level.
 
 Agents are isolated: an agent retrieves only from its own store; ``retrieve``/``context`` speak for the
 episode's main speaker, ``retrieve_for``/``compose`` for any agent.
@@ -24,21 +38,94 @@ episode's main speaker, ``retrieve_for``/``compose`` for any agent.
 
 from __future__ import annotations
 
+import weakref
 from functools import lru_cache
-
+from pathlib import Path
 from typing import Callable, Sequence
 
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.emma.formats import (GenerationInput, link_source, parse_link, parse_summary, render_memory,
                                     summarize_source)
-from pipelines.errors import ConfigError, DataError
+from pipelines.errors import ConfigError, DataError, ModelNotTrained
 from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, check_k, register_strategy
-from pipelines.memory.egocentric.config import EgocentricConfig
+from pipelines.memory.egocentric.config import EgocentricConfig, EgocentricGoldConfig
 from pipelines.memory.egocentric.store import AgentMemory, StoredMemory
 
 # The dialogue module as a text-to-text function: (input sequences, max new tokens) -> output sequences.
 Seq2Seq = Callable[[Sequence[str], int], list[str]]
 UNKNOWN_PARTNER = "USER"   # tag of the query's speaker when its session (hence its partner) is unknown
+DIALOGUE_CONFIG = "emma_dialogue.json"   # pipelines.emma.dialogue.CONFIG_FILE: what makes a saved module
+
+
+class MemoSeq2Seq:
+    """A :data:`Seq2Seq` that decodes each distinct (input, max new tokens) once.
+
+    Inputs are sent to ``fn`` in batches padded to their longest: a batch holds at most ``batch_size``
+    inputs as long as its longest, in characters, as ``batch_size`` inputs of ``CHARS_PER_INPUT``
+    (about 512 tokens) would; short inputs (link questions) go up to ``8 * batch_size`` at once. With
+    more than one batch the inputs are grouped by length (longest first), so that little is padding.
+    """
+
+    CHARS_PER_INPUT = 2048
+
+    def __init__(self, fn: Seq2Seq, batch_size: int = 32):
+        self.fn, self.batch_size = fn, batch_size
+        self.memo: dict[tuple[str, int], str] = {}
+        self.decoded = 0                                  # inputs actually sent to ``fn``
+
+    def _fits(self, n: int, longest: int) -> bool:
+        return n <= 8 * self.batch_size and n * max(longest, self.CHARS_PER_INPUT // 8) <= \
+            self.batch_size * self.CHARS_PER_INPUT
+
+    def batches(self, todo: list[str]) -> list[list[str]]:
+        """``todo`` cut into the batches :meth:`__call__` sends (one batch, in order, when it fits)."""
+        if not todo or self._fits(len(todo), max(map(len, todo))):
+            return [todo] if todo else []
+        out: list[list[str]] = []
+        for text in sorted(todo, key=len, reverse=True):
+            if out and self._fits(len(out[-1]) + 1, len(out[-1][0])):
+                out[-1].append(text)
+            else:
+                out.append([text])
+        return out
+
+    def __call__(self, sources: Sequence[str], max_new_tokens: int) -> list[str]:
+        todo = list(dict.fromkeys(s for s in sources if (s, max_new_tokens) not in self.memo))
+        for chunk in self.batches(todo):
+            outputs = self.fn(chunk, max_new_tokens)
+            if len(outputs) != len(chunk):
+                raise RuntimeError(f"the dialogue module returned {len(outputs)} outputs for {len(chunk)} inputs")
+            self.memo.update(((s, max_new_tokens), o) for s, o in zip(chunk, outputs))
+            self.decoded += len(chunk)
+        return [self.memo[(s, max_new_tokens)] for s in sources]
+
+
+_DIALOGUES: dict[tuple, MemoSeq2Seq] = {}
+
+
+def load_dialogue(ref: str | Path, batch_size: int = 32) -> MemoSeq2Seq:
+    """The trained dialogue module saved in ``ref`` (pipelines.emma.dialogue.EMMADialogue.load) as a memoised
+    :data:`Seq2Seq`, loaded once per process (and again when the saved module changes); ModelNotTrained
+    when ``ref`` holds none."""
+    path = Path(ref)
+    if not (path / DIALOGUE_CONFIG).is_file():
+        raise ModelNotTrained(f"egocentric: dialogue = {str(ref)!r} is not a trained EMMA dialogue module "
+                              f"(no {DIALOGUE_CONFIG})", path=str(ref), stage="emma_dialogue")
+    key = (str(path.resolve()), (path / DIALOGUE_CONFIG).stat().st_mtime_ns, batch_size)
+    if key not in _DIALOGUES:
+        from pipelines.emma.dialogue import EMMADialogue
+
+        while len(_DIALOGUES) >= 2:
+            _DIALOGUES.pop(next(iter(_DIALOGUES)))
+        _DIALOGUES[key] = MemoSeq2Seq(EMMADialogue.load(path).generate_text, batch_size)
+    return _DIALOGUES[key]
+
+
+# retriever -> {(tower, text): L2-normalised vector}: a text is encoded once per retriever, whichever strategy
+# instance asks (a fresh one serves each episode; egocentric and egocentric_gold share the contexts)
+_VECTORS: "weakref.WeakKeyDictionary[object, dict[tuple[str, str], object]]" = weakref.WeakKeyDictionary()
+MAX_CACHED_VECTORS = 200_000   # ~300 MB of 384-d vectors; the cache starts afresh beyond
+ENCODE_BATCH = 32              # texts per encoder call
 
 
 @lru_cache(maxsize=2)
@@ -50,23 +137,53 @@ def _load_retriever(ref: str, device: str):
     return model.to(device).eval()
 
 
+def session_partner(episode: Episode, session: Session, agent: str | None = None) -> str | None:
+    """The partner of ``agent`` (default: the main speaker) in ``session``: ``Session.partner`` for the main
+    speaker, else the first other speaker of its turns (the main speaker for a partner agent)."""
+    agent = agent or episode.main_speaker
+    if agent != episode.main_speaker:
+        return episode.main_speaker
+    return session.partner or next((t.speaker for t in session.turns if t.speaker != agent), None)
+
+
 @register_strategy("egocentric")
 class Egocentric(MemoryStrategy):
-    """Each agent's own memory, per partner, linked; top-1 retrieval plus linked memories."""
+    """Each agent's own memory, per partner, written and linked by the dialogue module; top-1 retrieval
+    plus linked memories."""
 
     config_class = EgocentricConfig
-    model_settings = {"retriever": "emma_retriever"}
+    model_settings = {"retriever": "emma_retriever", "dialogue": "emma_dialogue"}
     untrained_values = frozenset({"minilm"})
-    granularities = ("memory", "session")
+    granularities = ("session",)
+
+    @classmethod
+    def required_models(cls, settings: dict) -> dict[str, str]:
+        """The retriever always; the dialogue module when memories or links are the model's."""
+        sources = {settings.get(k, cls._default(k)) for k in ("memory_source", "link_source")}
+        return {k: v for k, v in cls.model_settings.items() if k != "dialogue" or "model" in sources}
+
+    @classmethod
+    def _default(cls, name: str):
+        from dataclasses import fields
+
+        return next(f.default for f in fields(cls.config_class) if f.name == name)
 
     def __init__(self, config: EgocentricConfig | None = None, counter=None, retriever=None,
                  dialogue: Seq2Seq | None = None):
         super().__init__(config, counter)
-        if self.config.needs_model and dialogue is None:
+        if self.config.needs_model and dialogue is None and self.config.dialogue is None:
             raise ConfigError("egocentric memory_source/link_source is 'model' but no dialogue module was given: "
-                              "pass dialogue= (pipelines.emma.dialogue.EMMADialogue.generate_text), or use 'gold'.")
-        self.dialogue = dialogue
+                              "set dialogue: <the directory of a trained EMMA dialogue module> (models/emma_dialogue), "
+                              "pass dialogue= (a text-to-text callable), or use 'gold' (the egocentric_gold oracle).")
+        if dialogue is None and self.config.needs_model and not (Path(self.config.dialogue) / DIALOGUE_CONFIG).is_file():
+            raise ModelNotTrained(f"strategy {self.name!r}: dialogue = {self.config.dialogue!r} is not a trained EMMA "
+                                  f"dialogue module", path=self.config.dialogue, stage="emma_dialogue")
+        if dialogue is not None and not isinstance(dialogue, MemoSeq2Seq):
+            dialogue = MemoSeq2Seq(dialogue, self.config.dialogue_batch_size)
+        self._dialogue = dialogue
         self._retriever = retriever
+        # a model-written memory never carries a dataset memory id: scored at session level only
+        self.granularities = ("memory", "session") if self.config.memory_source == "gold" else ("session",)
         self.reset()
 
     # --- state ------------------------------------------------------------------------------------
@@ -74,7 +191,6 @@ class Egocentric(MemoryStrategy):
         self.agents: dict[str, AgentMemory] = {}
         self._episode: Episode | None = None
         self._seen: set[str] = set()
-        self._last_index = -1
         self._order = 0
 
     def __len__(self) -> int:
@@ -92,22 +208,33 @@ class Egocentric(MemoryStrategy):
             self._retriever = _load_retriever(self.config.retriever, self.config.device)
         return self._retriever
 
+    @property
+    def dialogue(self) -> MemoSeq2Seq | None:
+        """The dialogue module (memoised), loaded on first use; None when memories and links are gold."""
+        if self._dialogue is None and self.config.needs_model:
+            self._dialogue = load_dialogue(self.config.dialogue, self.config.dialogue_batch_size)
+        return self._dialogue
+
     # --- writing ----------------------------------------------------------------------------------
+    def _agents(self, episode: Episode, session: Session) -> list[tuple[str, str]]:
+        """(agent, partner) of every agent that writes memories at the end of ``session``."""
+        main = episode.main_speaker
+        partner = session_partner(episode, session)
+        if partner is None:
+            raise DataError("the session names no partner and no other speaker talks in it",
+                            record=f"episode {episode.id}, session {session.id}", field="partner")
+        return [(main, partner)] + ([(partner, main)] if self.config.agents == "all" else [])
+
     def observe(self, episode: Episode, session: Session) -> None:
         if session.id in self._seen:
             raise DataError("session observed twice; each finished session enters memory once",
                             record=f"episode {episode.id}, session {session.id}", rule="observe_once")
         self._seen.add(session.id)
-        self._episode, self._last_index = episode, max(self._last_index, session.index)
-        main = episode.main_speaker
-        partner = session.partner or next((t.speaker for t in session.turns if t.speaker != main), None)
-        if partner is None:
-            raise DataError("the session names no partner and no other speaker talks in it",
-                            record=f"episode {episode.id}, session {session.id}", field="partner")
-        pairs = [(main, partner)] + ([(partner, main)] if self.config.agents == "all" else [])
-        for agent, other in pairs:
+        self._episode = episode
+        for agent, other in self._agents(episode, session):
             memory = self.agents.setdefault(agent, AgentMemory(agent))
-            new = self._write(episode, session, agent, other)
+            new = [self._stored(session, agent, other, mid, about, text)
+                   for mid, about, text in self._written(episode, session, agent, other)]
             if new:
                 vectors = self._memory_vectors([m.rendered for m in new])        # (n, H)
                 for m, v in zip(new, vectors):
@@ -116,22 +243,33 @@ class Egocentric(MemoryStrategy):
 
     def _stored(self, session: Session, agent: str, partner: str, mid: str, about: str, text: str) -> StoredMemory:
         self._order += 1
-        return StoredMemory(mid, agent, about, text.strip(),
-                            render_memory(text, about, session.index + 1, self.config.memory_provenance),
+        return StoredMemory(mid, agent, about, text.strip(), self._render(text, about, session),
                             session.id, session.index, partner, self._order, session.timestamp,
                             frozenset(t.id for t in session.turns))
 
-    def _write(self, episode: Episode, session: Session, agent: str, partner: str) -> list[StoredMemory]:
+    def _render(self, text: str, about: str, session: Session) -> str:
+        return render_memory(text, about, session.index + 1, self.config.memory_provenance)
+
+    def _summary_sources(self, episode: Episode, session: Session, agent: str, partner: str) -> list[str]:
+        """The summariser's inputs: about the agent, then about its partner."""
+        final = self._input(episode, agent, partner, session.index + 1,
+                            [(t.speaker, t.text) for t in session.turns]).final_sequence()
+        return [summarize_source(about, final) for about in (agent, partner)]
+
+    def _written(self, episode: Episode, session: Session, agent: str, partner: str) -> list[tuple[str, str, str]]:
+        """(id, about, text) of the memories ``agent`` writes at the end of ``session``, in order."""
         if self.config.memory_source == "gold":
-            return [self._stored(session, agent, partner, m.id, m.about, m.text)
-                    for m in session.memories if m.owner == agent]
-        final = self._input(episode, agent, partner, session.index + 1, [(t.speaker, t.text) for t in session.turns])
-        abouts = (agent, partner)
-        outputs = self.dialogue([summarize_source(a, final.final_sequence()) for a in abouts],
-                                self.config.max_new_tokens)
-        texts = [(about, text) for about, out in zip(abouts, outputs) for text in parse_summary(out)]
-        return [self._stored(session, agent, partner, f"{session.id}:{agent}:M{n}", about, text)
-                for n, (about, text) in enumerate(texts, start=1)]
+            return [(m.id, m.about, m.text) for m in session.memories if m.owner == agent]
+        outputs = self.dialogue(self._summary_sources(episode, session, agent, partner), self.config.max_new_tokens)
+        texts = [(about, text) for about, out in zip((agent, partner), outputs)
+                 for text in dict.fromkeys(parse_summary(out))]    # a sentence repeated in one output: once
+        return [(f"{session.id}:{agent}:M{n}", about, text) for n, (about, text) in enumerate(texts, start=1)]
+
+    @staticmethod
+    def _link_pairs(new: Sequence, earlier: Sequence) -> list[tuple]:
+        """(earlier, newer) pairs the linker is asked about: each new memory against the new ones before it
+        in its session first, then against the agent's earlier memories (section 4.1)."""
+        return [(old, m) for i, m in enumerate(new) for old in list(new[:i]) + list(earlier)]
 
     def _link(self, session: Session, memory: AgentMemory, new: list[StoredMemory]) -> None:
         if self.config.link_source == "gold":
@@ -139,29 +277,66 @@ class Egocentric(MemoryStrategy):
                 memory.link(link.from_id, link.to_id)        # links of other agents' memories are not held
             return
         new_ids = {m.id for m in new}
-        earlier = [m for m in memory.ordered() if m.id not in new_ids]
-        pairs = [(old, m) for i, m in enumerate(new) for old in new[:i] + earlier]  # in-session first
+        pairs = self._link_pairs(new, [m for m in memory.ordered() if m.id not in new_ids])
         if not pairs:
             return
-        outputs = self.dialogue([link_source(old.rendered, m.rendered) for old, m in pairs], self.config.max_new_tokens)
+        outputs = self.dialogue([link_source(old.rendered, m.rendered) for old, m in pairs],
+                                self.config.link_max_new_tokens)
         for (old, m), out in zip(pairs, outputs):
             if parse_link(out):
                 memory.link(m.id, old.id)
 
+    def prepare(self, episodes: Sequence[Episode]) -> None:
+        """Batch the pure work of the episodes to come: decode every summary their sessions will ask for, then
+        every link question (the dialogue module is memoised: :meth:`observe` reads the answers), and encode
+        every memory sentence and every query's context with the retriever (cached per retriever). Nothing
+        enters memory."""
+        episodes = list(episodes)
+        jobs = [(e, s, agent, other) for e in episodes for s in sorted(e.sessions, key=lambda s: s.index)
+                for agent, other in self._agents(e, s)]
+        if self.config.memory_source == "model":
+            self.dialogue([src for job in jobs for src in self._summary_sources(*job)], self.config.max_new_tokens)
+        memories: list[str] = []
+        links: list[str] = []
+        held: dict[tuple[str, str], list[str]] = {}
+        for episode, session, agent, other in jobs:
+            new = [self._render(text, about, session) for _, about, text in self._written(episode, session, agent, other)]
+            memories += new
+            if self.config.link_source == "model":
+                earlier = held.setdefault((episode.id, agent), [])
+                links += [link_source(old, m) for old, m in self._link_pairs(new, earlier)]
+                earlier.extend(new)
+        if links:
+            self.dialogue(links, self.config.link_max_new_tokens)
+        self._vectors("memory", memories)
+        self._vectors("context", [self._query_input(q, e).context() for e in episodes for q in e.queries])
+
     # --- retrieval --------------------------------------------------------------------------------
-    def _memory_vectors(self, texts: list[str]):
+    def _vectors(self, tower: str, texts: Sequence[str]):
+        """L2-normalised (n, H) vectors of ``texts`` by the ``tower`` ("context" or "memory") encoder, each
+        distinct text encoded once per retriever (:data:`_VECTORS`), :data:`ENCODE_BATCH` at a time."""
         import torch
         import torch.nn.functional as F
 
+        cache = _VECTORS.setdefault(self.retriever, {})
+        todo = [t for t in dict.fromkeys(texts) if (tower, t) not in cache]
+        if len(cache) + len(todo) > MAX_CACHED_VECTORS:
+            cache.clear()
+            todo = list(dict.fromkeys(texts))
+        encode = self.retriever.encode_context if tower == "context" else self.retriever.encode_memory
         with torch.no_grad():
-            return F.normalize(self.retriever.encode_memory(texts).float(), dim=-1).cpu()        # (n, H)
+            for i in range(0, len(todo), ENCODE_BATCH):
+                chunk = todo[i:i + ENCODE_BATCH]
+                cache.update(zip(((tower, t) for t in chunk), F.normalize(encode(chunk).float(), dim=-1).cpu()))
+        if not texts:
+            return torch.zeros(0)
+        return torch.stack([cache[(tower, t)] for t in texts])
+
+    def _memory_vectors(self, texts: list[str]):
+        return self._vectors("memory", texts)                                       # (n, H)
 
     def _context_vector(self, context: str):
-        import torch
-        import torch.nn.functional as F
-
-        with torch.no_grad():
-            return F.normalize(self.retriever.encode_context([context]).float(), dim=-1).cpu()[0]  # (H,)
+        return self._vectors("context", [context])[0]                               # (H,)
 
     def ranked(self, agent: str, context: str) -> list[tuple[StoredMemory, float]]:
         """The agent's memories by sim(c, m) (eq. 1), best first (ties: older first)."""
@@ -213,26 +388,57 @@ class Egocentric(MemoryStrategy):
                                [], history, self.config.turn_tags)
 
     def compose(self, agent: str, partner: str | None, session_number: int,
-                history: list[tuple[str, str]]) -> GenerationInput:
-        """The generation input of ``agent``'s next turn: retrieve with its context, fill the memory block."""
-        if self._episode is None:
-            raise RuntimeError("compose() needs an observed episode (speakers and jobs come from it)")
-        inp = self._input(self._episode, agent, partner, session_number, history)
+                history: list[tuple[str, str]], episode: Episode | None = None) -> GenerationInput:
+        """The generation input of ``agent``'s next turn: retrieve with its context, fill the memory block.
+        ``episode`` (default: the one observed) gives the speakers' jobs; before any session is observed
+        the memory is empty and so is the block."""
+        episode = episode or self._episode
+        if episode is None:
+            raise RuntimeError("compose() needs an episode (speakers and jobs come from it): pass episode=")
+        inp = self._input(episode, agent, partner, session_number, history)
         return self._with_memories(inp)
+
+    def bare_input(self, episode: Episode, agent: str, partner: str | None, session_number: int,
+                   history: list[tuple[str, str]]) -> GenerationInput:
+        """The generation input of ``agent``'s next turn without memories: its ``context()`` is what the
+        retriever reads for that turn."""
+        return self._input(episode, agent, partner, session_number, history)
+
+    def encode_contexts(self, contexts: Sequence[str]) -> None:
+        """Encode retriever contexts ahead, in batches (e.g. every turn :meth:`compose` will be asked for):
+        pure precomputation, cached per retriever."""
+        self._vectors("context", list(contexts))
 
     def _with_memories(self, inp: GenerationInput) -> GenerationInput:
         inp.memories = [(top.rendered, [m.rendered for m in linked])
                         for top, linked in self.selection(inp.main, inp.context())]
         return inp
 
-    def _query_input(self, query: Query) -> GenerationInput:
-        """The main speaker about to answer ``query``, said by the partner of the session it is asked in."""
-        episode = self._episode
+    @staticmethod
+    def dialogue_turns(episode: Episode, question: str) -> list[tuple[str, str]] | None:
+        """A question that is a dialogue excerpt, one ``Speaker: text`` line per turn with every speaker one
+        of the episode's, as (speaker, text) turns; None for any other question."""
+        names = {s.name for s in episode.speakers} | {t.speaker for s in episode.sessions for t in s.turns}
+        turns = []
+        for line in question.splitlines():
+            if not line.strip():
+                continue
+            speaker, sep, text = line.partition(": ")
+            if not sep or speaker.strip() not in names or not text.strip():
+                return None
+            turns.append((speaker.strip(), text.strip()))
+        return turns or None
+
+    def _query_input(self, query: Query, episode: Episode | None = None) -> GenerationInput:
+        """The main speaker about to answer ``query`` in the session it is asked in: the query's dialogue
+        turns when it is a dialogue excerpt (:meth:`dialogue_turns`), else the question said by the partner.
+        A query after the last session is asked in the session after it."""
+        episode = episode or self._episode
         session = episode.session_by_id().get(query.session_id) if query.session_id else None
-        partner = session.partner if session else None
-        number = session.index + 1 if session else self._last_index + 2
-        return self._input(episode, episode.main_speaker, partner, number,
-                           [(partner or UNKNOWN_PARTNER, query.question)])
+        partner = session_partner(episode, session) if session else None
+        number = session.index + 1 if session else max((s.index for s in episode.sessions), default=-1) + 2
+        history = self.dialogue_turns(episode, query.question) or [(partner or UNKNOWN_PARTNER, query.question)]
+        return self._input(episode, episode.main_speaker, partner, number, history)
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
@@ -272,3 +478,13 @@ class Egocentric(MemoryStrategy):
                    or m.turn_ids & selector.turn_ids}
             removed += memory.remove(ids)
         return removed
+
+
+@register_strategy("egocentric_gold")
+class EgocentricGold(Egocentric):
+    """An oracle: EMMA's retrieval over the dataset's own (gold) memories and links, an upper bound for
+    ``egocentric`` whose memories the dialogue module writes."""
+
+    config_class = EgocentricGoldConfig
+    granularities = ("memory", "session")
+    oracle = "the dataset's own (gold) memories and links, EMMA's retrieval: an upper bound for egocentric"

@@ -1,0 +1,175 @@
+"""The benchmark's EMMA section: responses generated from what the egocentric memory retrieves before each
+turn under the temporal protocol (top-1 + linked memories written by the dialogue module), scored per session
+with BLEU / ROUGE-L / Distinct; the oracle row answers the dataset's memory tags; the labels follow the config.
+
+The dialogue module and the retriever are test doubles with known outputs, so that every response is known:
+the summariser writes fixed sentences, the linker says "positive" for two puppy memories, and a response is
+the first memory sentence of its [MEMORY] block (without provenance), or "I do not remember." without one.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pipelines.data.schema import write_episodes
+from pipelines.emma.formats import build_examples, write_examples
+from pipelines.evaluate import stage as S
+from pipelines.memory.egocentric import MemoSeq2Seq
+from pipelines.memory.egocentric import strategy as ego
+from pipelines.runner import StageContext
+from tests.emma.conftest import mia_episode
+
+KEYWORDS = ("puppy", "biscuit", "lisbon", "visit", "moved", "happy")
+SUMMARIES = {("Mia", "first"): "Mia has a new puppy.", ("Leo", "first"): "Leo will move to Lisbon.",
+             ("Mia", "second"): "Mia named the puppy Biscuit."}
+NO_MEMORY = "I do not remember."
+
+
+class KeywordRetriever:
+    """One dimension per keyword; a context counts by its last turn only (as a question would)."""
+
+    def _vec(self, texts):
+        return torch.tensor([[float(k in t.lower()) for k in KEYWORDS] for t in texts])
+
+    def encode_memory(self, texts):
+        return self._vec(texts)
+
+    def encode_context(self, texts):
+        return self._vec([t.rsplit("]", 2)[-2] for t in texts])
+
+
+def fake_dialogue(calls):
+    def run(sources, max_new_tokens):
+        calls.extend(sources)
+        out = []
+        for src in sources:
+            if src.startswith("summarize [ABOUT_"):
+                about = src.split("[ABOUT_", 1)[1].split("]", 1)[0]
+                number = src.split("[NOW] ", 1)[1].split(" ", 1)[0]
+                out.append(SUMMARIES.get((about, number), "[NONE]"))
+            elif src.startswith("memory sentence 1: "):
+                out.append("positive" if src.count("puppy") == 2 else "negative")
+            elif "[MEMORY] " in src:
+                out.append(src.split("[MEMORY] ", 1)[1].split(" (about ", 1)[0])
+            else:
+                out.append(NO_MEMORY)
+        return out
+    return run
+
+
+@pytest.fixture
+def emma_ctx(tmp_path, monkeypatch):
+    """A project root with Mia's episode as the synthetic test split, its EMMA examples, the retriever's
+    scores and (stand-in) trained model folders; the models are the doubles above."""
+    episode = mia_episode()
+    write_episodes(tmp_path / "data/canonical/synthetic/test.jsonl", [episode])
+    write_examples(tmp_path / S.EMMA_EXAMPLES / "test.jsonl", build_examples([episode]))
+    (tmp_path / S.EMMA_RETRIEVER).mkdir(parents=True)
+    (tmp_path / S.EMMA_RETRIEVER / S.EMMA_RETRIEVER_EVAL).write_text(json.dumps({
+        "untrained": {"recall@1": 0.25, "mrr": 0.5, "queries": 4.0},
+        "trained": {"recall@1": 0.75, "mrr": 0.875, "queries": 4.0}}))
+    (tmp_path / S.EMMA_DIALOGUE).mkdir(parents=True)
+    (tmp_path / S.EMMA_DIALOGUE / ego.DIALOGUE_CONFIG).write_text("{}")
+    calls = []
+    memo = MemoSeq2Seq(fake_dialogue(calls))
+    monkeypatch.setattr(ego, "load_dialogue", lambda ref, batch_size=32: memo)
+    monkeypatch.setattr(ego, "_load_retriever", lambda ref, device: KeywordRetriever())
+    config = {"profile": "tiny", "emma": {"eval_examples": 64, "dialogue": {"max_source_length": 512}},
+              "mdr": {"model": "tiny"}, "benchmark": {}}
+    return StageContext(stage=None, config=config, root=tmp_path), calls
+
+
+# The five main-speaker turns of Mia's episode, the response of each row (derived by hand above), and the
+# session number of the turn: session 1 has no memory yet; in session 2 the egocentric memory holds Mia's
+# session-1 memories as the summariser wrote them, in session 3 also the Biscuit memory (linked to the puppy).
+REFS = {1: ["Hi Leo, I adopted a puppy last week.", "Lisbon sounds lovely, I will miss you."],
+        2: ["Biscuit is great, and my brother is moving to Lisbon soon.", "A little, but I will visit him."],
+        3: ["I know, and I am coming to visit you with Biscuit."]}
+EMMA = {1: [NO_MEMORY, NO_MEMORY],
+        2: ["Mia has a new puppy.",      # after "How is the new puppy doing?": the puppy memory
+            "Mia has a new puppy."],     # no keyword in "You must be sad ...": a tie, the oldest memory first
+        3: ["Leo will move to Lisbon."]}  # "I finally moved to Lisbon!": the Lisbon memory
+ORACLE = {1: [NO_MEMORY, NO_MEMORY], 2: ["Mia adopted a puppy.", "Leo is moving to Lisbon in May."],
+          3: ["Leo is moving to Lisbon in May."]}
+
+
+def library_scores(hyps, refs):
+    from rouge_score import rouge_scorer
+    from sacrebleu.metrics import BLEU
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    return {"bleu-1": BLEU(max_ngram_order=1, effective_order=True).corpus_score(hyps, [refs]).score,
+            "bleu-2": BLEU(max_ngram_order=2, effective_order=True).corpus_score(hyps, [refs]).score,
+            "rouge-l": 100 * sum(scorer.score(r, h)["rougeL"].fmeasure for h, r in zip(hyps, refs)) / len(hyps)}
+
+
+def test_emma_responses_come_from_the_egocentric_memory_and_are_scored_per_session(emma_ctx):
+    ctx, calls = emma_ctx
+    md, metrics = S._emma_section(ctx, "test")
+
+    # the summariser and the linker wrote the memory the responses read (with provenance, as stored)
+    assert "summarize [ABOUT_Mia]: [Mia] nurse [Leo] her brother [NOW] first session [Mia] Hi Leo," in calls[0]
+    assert any("[MEMORY] Mia has a new puppy. (about Mia, from first session) [NOW] second session [Ana] How is "
+               "the new puppy doing? [Mia]" in c for c in calls)
+    assert any("[MEMORY] Leo will move to Lisbon. (about Leo, from first session) [NOW] third session" in c
+               for c in calls)
+    assert metrics["generation/memory/memories"] == 3 and metrics["generation/memory/links"] == 1
+    assert metrics["generation/memory/empty"] == 2                    # the two turns of session 1
+
+    hand = {  # Distinct-n by hand: distinct lower-cased whitespace n-grams / all n-grams of the session's responses
+        ("generation", 1): (0.5, 0.5),          # "i do not remember." twice: 4 of 8 unigrams, 3 of 6 bigrams
+        ("generation", 2): (0.5, 0.5),          # "mia has a new puppy." twice: 5 of 10, 4 of 8
+        ("generation", 3): (1.0, 1.0),
+        ("generation_oracle", 1): (0.5, 0.5),
+        ("generation_oracle", 2): (1.0, 1.0),   # 4 + 7 unigrams, all distinct; 3 + 6 bigrams, all distinct
+        ("generation_oracle", 3): (1.0, 1.0)}
+    for prefix, rows in (("generation", EMMA), ("generation_oracle", ORACLE)):
+        for num, hyps in rows.items():
+            got = {k: metrics[f"{prefix}/session_{num}/{k}"] for k in ("bleu-1", "bleu-2", "rouge-l")}
+            assert got == pytest.approx(library_scores(hyps, REFS[num]))
+            assert (metrics[f"{prefix}/session_{num}/dist-1"], metrics[f"{prefix}/session_{num}/dist-2"]) == \
+                pytest.approx(hand[(prefix, num)])
+            assert metrics[f"{prefix}/session_{num}/responses"] == len(hyps)
+        all_hyps = [h for num in sorted(rows) for h in rows[num]]
+        all_refs = [r for num in sorted(REFS) for r in REFS[num]]
+        overall = {k: metrics[f"{prefix}/{k}"] for k in ("bleu-1", "bleu-2", "rouge-l")}
+        assert overall == pytest.approx(library_scores(all_hyps, all_refs))
+    assert metrics["generation/bleu-1"] != pytest.approx(metrics["generation_oracle/bleu-1"])   # two systems
+
+    session_2 = library_scores(EMMA[2], REFS[2])
+    assert (f"| EMMA, session 2 | 2 | {session_2['bleu-1']:.2f} | {session_2['bleu-2']:.2f} | "
+            f"{session_2['rouge-l']:.2f} | 0.500 | 0.500 |") in md
+    assert "| oracle, session 3 | 1 |" in md
+    assert "| untrained (all-MiniLM-L6-v2, shipped) | 0.250 | 0.500 | 4 |" in md
+    assert "| trained (profile `tiny`) | 0.750 | 0.875 | 4 |" in md
+    assert metrics["retriever/trained/mrr"] == 0.875
+
+
+def test_labels_follow_the_config_in_use(emma_ctx):
+    ctx, _ = emma_ctx
+    ctx.config["emma"]["retriever"] = {"model": "bert-base-uncased"}
+    md, _ = S._emma_section(ctx, "test")
+    assert "| untrained (bert-base-uncased) | 0.250 |" in md and "MiniLM" not in md
+    assert S._profile_note(ctx) == "profile `tiny`: a 2x64 GPT-2 decoder initialised at random, trained on the synthetic data"
+    ctx.config.update(profile="paper", mdr={"model": "gpt2"})
+    assert S._profile_note(ctx) == "profile `paper`: the pretrained `gpt2` decoder, trained on the synthetic data"
+
+
+def test_without_a_dialogue_module_the_generation_is_listed_as_missing(emma_ctx):
+    ctx, _ = emma_ctx
+    (ctx.root / S.EMMA_DIALOGUE / ego.DIALOGUE_CONFIG).unlink()
+    (ctx.root / S.EMMA_DIALOGUE).rmdir()
+    md, metrics = S._emma_section(ctx, "test")
+    assert "Not scored: strategy 'egocentric': dialogue" in md and "run stage 'emma_dialogue' first" in md
+    assert not any(k.startswith("generation") for k in metrics) and metrics["retriever/untrained/recall@1"] == 0.25
+
+
+def test_a_folder_without_a_saved_dialogue_module_is_listed_as_missing(emma_ctx):
+    ctx, _ = emma_ctx
+    (ctx.root / S.EMMA_DIALOGUE / ego.DIALOGUE_CONFIG).unlink()          # the folder stays, empty
+    md, metrics = S._emma_section(ctx, "test")
+    assert "Not scored: strategy 'egocentric': dialogue" in md and "is not a trained EMMA dialogue module" in md
+    assert not any(k.startswith("generation") for k in metrics)
