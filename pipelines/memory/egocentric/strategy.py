@@ -100,9 +100,6 @@ class MemoSeq2Seq:
         return [self.memo[(s, max_new_tokens)] for s in sources]
 
 
-_DIALOGUES: dict[tuple, MemoSeq2Seq] = {}
-
-
 def load_dialogue(ref: str | Path, batch_size: int = 32) -> MemoSeq2Seq:
     """The trained dialogue module saved in ``ref`` (pipelines.emma.dialogue.EMMADialogue.load) as a memoised
     :data:`Seq2Seq`, loaded once per process (and again when the saved module changes); ModelNotTrained
@@ -111,14 +108,15 @@ def load_dialogue(ref: str | Path, batch_size: int = 32) -> MemoSeq2Seq:
     if not (path / DIALOGUE_CONFIG).is_file():
         raise ModelNotTrained(f"egocentric: dialogue = {str(ref)!r} is not a trained EMMA dialogue module "
                               f"(no {DIALOGUE_CONFIG})", path=str(ref), stage="emma_dialogue")
-    key = (str(path.resolve()), (path / DIALOGUE_CONFIG).stat().st_mtime_ns, batch_size)
-    if key not in _DIALOGUES:
-        from pipelines.emma.dialogue import EMMADialogue
+    return _load_dialogue(str(path.resolve()), (path / DIALOGUE_CONFIG).stat().st_mtime_ns, batch_size)
 
-        while len(_DIALOGUES) >= 2:
-            _DIALOGUES.pop(next(iter(_DIALOGUES)))
-        _DIALOGUES[key] = MemoSeq2Seq(EMMADialogue.load(path).generate_text, batch_size)
-    return _DIALOGUES[key]
+
+@lru_cache(maxsize=2)
+def _load_dialogue(path: str, saved_ns: int, batch_size: int) -> MemoSeq2Seq:
+    """One loaded module per (folder, time it was saved, batch size), as :func:`_load_retriever` caches."""
+    from pipelines.emma.dialogue import EMMADialogue
+
+    return MemoSeq2Seq(EMMADialogue.load(path).generate_text, batch_size)
 
 
 # retriever -> {(tower, text): L2-normalised vector}: a text is encoded once per retriever, whichever strategy
