@@ -27,10 +27,11 @@ setup: .setup-stamp
 	bash deploy/install-browser.sh
 	touch .setup-stamp
 
-# The main job: the whole asset graph on the tiny profile, through Dagster.
+# The main job: the whole asset graph on the tiny profile, through Dagster (each stage is recorded in dvc.lock).
 run: setup
 	$(VENV)/bin/dagster asset materialize -m assets.definitions --select '*'
 	@echo "Report: reports/benchmark.md  metrics: reports/metrics.json  plots: reports/plots/*.png"
+	@echo "DVC: dvc.lock records every stage (.venv/bin/dvc status; .venv/bin/dvc metrics show)"
 
 test: setup
 	$(PY) -m pytest -q
@@ -46,4 +47,4 @@ dvc-yaml: setup
 	$(PY) -m pipelines dvc-yaml > dvc.yaml
 
 clean:
-	rm -rf data models reports mlflow/mlflow.db mlflow/artifacts .dagster_home/storage .dagster_home/history .dagster_home/schedules .dagster_home/logs
+	rm -rf dvc.lock data models reports mlflow/mlflow.db mlflow/artifacts .dagster_home/storage .dagster_home/history .dagster_home/schedules .dagster_home/logs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 
 
@@ -21,11 +23,16 @@ class MnemosResource(dg.ConfigurableResource):
     root: str | None = None           # project folder (params.yaml, data/, models/, reports/); None: the checkout
 
     def resolved_overrides(self) -> dict:
-        from pipelines.config import deep_merge, parse_override
+        """The overrides as one dict, with the whole config they resolve to checked.
 
-        merged: dict = {}
-        for text in self.overrides:
-            merged = deep_merge(merged, parse_override(text))
+        Every asset calls this first, so a bad config (an unknown key, named with the closest known one; a value
+        its config class refuses) fails the asset with a ConfigError before any output is touched, and before a
+        training stage's subprocess is launched.
+        """
+        from pipelines.config import ROOT, parse_overrides, resolve
+
+        merged = parse_overrides(self.overrides, "Dagster run config (resources.mnemos.config.overrides)")
         if self.profile:
             merged["profile"] = self.profile
+        resolve(merged, params_file=Path(self.root or ROOT) / "params.yaml")
         return merged

@@ -1,9 +1,9 @@
 """Command line: ``python -m pipelines ...`` (also installed as ``mnemos``).
 
-  run STAGE [--set section.key=value ...] [--profile tiny|paper] [--no-track]
+  run STAGE [--set section.key=value ...] [--profile tiny|paper] [--no-track] [--no-wait | --lock-timeout S]
   list                       the registered stages, in order, with their groups and inputs
   dvc-yaml                   print dvc.yaml as generated from the registry
-  ingest --source NAME --path PATH --out DIR
+  ingest --source NAME --path PATH --out DIR [--set ingest.max_dropped_turn_share=0.05]
                              load a published dataset, validate it, write canonical data;
                              the last line of stdout is a JSON object of counts
   benchmark --suite NAME [--path P] [--strategies a,b] --out DIR
@@ -25,11 +25,10 @@ from pipelines.errors import MnemosError
 
 
 def _overrides(args) -> dict:
-    from pipelines.config import deep_merge, parse_override
+    """``--set`` and ``--profile`` as one overrides dict; an unknown ``--set`` key is a ConfigError naming it."""
+    from pipelines.config import parse_overrides
 
-    merged: dict = {}
-    for text in args.set or []:
-        merged = deep_merge(merged, parse_override(text))
+    merged = parse_overrides(getattr(args, "set", None) or [], "--set")
     if getattr(args, "profile", None):
         merged["profile"] = args.profile
     return merged
@@ -38,7 +37,8 @@ def _overrides(args) -> dict:
 def cmd_run(args) -> int:
     from pipelines.runner import run_stage
 
-    result = run_stage(args.stage, _overrides(args), track=not args.no_track)
+    lock_timeout = 0.0 if args.no_wait else args.lock_timeout if args.lock_timeout is not None else "env"
+    result = run_stage(args.stage, _overrides(args), track=not args.no_track, lock_timeout=lock_timeout)
     summary = {k: v for k, v in result.metadata.items() if isinstance(v, (int, float, str, bool, dict))}
     failed = [c.name for c in result.checks if not c.passed]
     if failed:
@@ -64,16 +64,10 @@ def cmd_dvc_yaml(args) -> int:
 
 
 def cmd_ingest(args) -> int:
-    from pipelines.data.ingest import load_source, write_canonical
-    from pipelines.validate import validate, write_report
+    from pipelines.config import resolve
+    from pipelines.data.ingest import ingest
 
-    path, out = Path(args.path), Path(args.out)
-    loaded = load_source(args.source, path)
-    report = validate(loaded.episodes, file=str(path), profile="misc" if args.source == "misc" else "generic",
-                      records=getattr(loaded, "records", None))
-    write_report(report, out.parent / f"{out.name}.validation.html", out.parent / f"{out.name}.validation.json")
-    report.raise_if_blocking()
-    counts = write_canonical(loaded, out)
+    counts = ingest(args.source, args.path, args.out, config=resolve(_overrides(args)), report=True)
     print(json.dumps(counts, sort_keys=True))
     return 0
 
@@ -90,7 +84,8 @@ def cmd_benchmark(args) -> int:
     if args.max_episodes:
         suite = suite.with_overrides(max_episodes=args.max_episodes)
     episodes = suite_episodes(suite, args.path, synthetic_defaults={"seed": config.get("seed", 2022),
-                                                                    **config.get("synthetic", {})})
+                                                                    **config.get("synthetic", {})},
+                              config=config)
     root = Path(args.models_root) if args.models_root else ROOT
     settings = strategy_defaults(suite.strategies, root,
                                  embedding_batch_size=config.get("benchmark", {}).get("embedding_batch_size", 64))
@@ -134,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
     run.add_argument("--profile", choices=["tiny", "paper"], help="override params.yaml's profile")
     run.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    wait = run.add_mutually_exclusive_group()
+    wait.add_argument("--no-wait", action="store_true",
+                      help="refuse at once when another process runs the stage (default: wait for it)")
+    wait.add_argument("--lock-timeout", type=float, metavar="SECONDS",
+                      help="wait at most this long for another process running the stage (default: "
+                           "MNEMOS_LOCK_TIMEOUT, else as long as it takes)")
     run.set_defaults(func=cmd_run)
 
     sub.add_parser("list", help="list the registered stages").set_defaults(func=cmd_list)
@@ -143,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--source", required=True, help="loader name (see pipelines/data/loaders)")
     ing.add_argument("--path", required=True, help="the published file or folder")
     ing.add_argument("--out", required=True, help="output folder for canonical .jsonl files")
+    ing.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                     help="override a params.yaml value (e.g. ingest.max_dropped_turn_share=0.1)")
     ing.set_defaults(func=cmd_ingest)
 
     bench = sub.add_parser("benchmark", help="run a benchmark suite on your data; last stdout line: metrics.json")

@@ -9,6 +9,11 @@ Resolution, lowest to highest priority:
 
 Each stage reads the top-level sections it names in the registry; the full resolved
 config of those sections is what the stage's MLflow run logs as params.
+
+Nothing passes silently: :func:`resolve` refuses a key that no stage declares (in params.yaml, an
+override or a profile), naming the dotted key, where it came from and the closest known key, and
+checks every value against the config dataclass that reads it (``pipelines.config_schema``), before
+any stage touches an output.
 """
 
 from __future__ import annotations
@@ -73,6 +78,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+OVERRIDES = "run-time overrides (--set, Dagster run config)"  # where resolve() says an override came from
+
+
 def deep_merge(base: dict, override: dict) -> dict:
     """Return ``base`` updated recursively by ``override`` (neither is modified)."""
     out = copy.deepcopy(base)
@@ -82,6 +90,22 @@ def deep_merge(base: dict, override: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def parse_overrides(texts, origin: str) -> dict:
+    """Several ``section.key=value`` overrides as one nested dict, every key checked against the declared ones.
+
+    ``origin`` says where they were given (``--set``, the Dagster run config); an unknown key is a ConfigError
+    naming it, the override and the closest known key.
+    """
+    from pipelines.config_schema import check_keys
+
+    merged: dict = {}
+    for text in texts or ():
+        one = parse_override(text)
+        check_keys(one, f"{origin} {text!r}")
+        merged = deep_merge(merged, one)
+    return merged
 
 
 def parse_override(text: str) -> dict:
@@ -110,16 +134,45 @@ def load_params(path: Path | None = None) -> dict:
     return params
 
 
+# Keys read when the stage registry is built (which stages exist and what they read: the Dagster graph and
+# dvc.yaml), not when a stage runs: an override of them at run time would be silently ignored, so it is refused.
+GRAPH_KEYS = (("benchmark", "suites"),)
+
+
+def _check_graph_keys(overrides: dict, params: dict, path: Path) -> None:
+    """A ConfigError for a run-time override of a key in GRAPH_KEYS that differs from params.yaml's value."""
+    for section, key in GRAPH_KEYS:
+        given = (overrides.get(section) or {}).get(key) if isinstance(overrides.get(section), dict) else None
+        if given is not None and given != (params.get(section) or {}).get(key):
+            raise ConfigError(f"{OVERRIDES}: {section}.{key}={given!r} would be ignored: it decides which stages "
+                              f"exist and what they read (the Dagster graph, dvc.yaml), so it is read from "
+                              f"{path} only. Set it there.")
+
+
 def resolve(overrides: dict | None = None, params_file: Path | None = None) -> dict:
-    """The full resolved configuration: profile defaults < params.yaml < overrides."""
-    params = load_params(params_file)
+    """The full resolved configuration: profile defaults < params.yaml < overrides, checked whole.
+
+    Every key of each layer must be declared and every value must be accepted by the config dataclass
+    that reads it (pipelines.config_schema): a ConfigError otherwise, raised before any stage runs.
+    """
+    from pipelines.config_schema import check_keys, check_values
+
+    path = Path(params_file or PARAMS_FILE)
+    params = load_params(path)
     overrides = overrides or {}
+    check_keys(params, str(path))
+    check_keys(overrides, OVERRIDES)
+    _check_graph_keys(overrides, params, path)
     profile = overrides.get("profile") or os.environ.get("MNEMOS_PROFILE") or params.get("profile", "tiny")
     if profile not in PROFILES:
         raise ConfigError(f"profile {profile!r} is unknown; choose one of {sorted(PROFILES)}")
+    defaults = f"profile {profile} (pipelines/config.py PROFILES)"
+    check_keys(PROFILES[profile], defaults)
     config = deep_merge(PROFILES[profile], params)
     config = deep_merge(config, overrides)
     config["profile"] = profile
+    check_values(config, path.parent,
+                 layers=[(OVERRIDES, overrides), (str(path), params), (defaults, PROFILES[profile])])
     return config
 
 

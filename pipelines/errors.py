@@ -48,3 +48,8 @@ class ModelNotTrained(ConfigError):
         self.path, self.stage = path, stage
         hint = f" (run stage '{stage}' first)" if stage else ""
         super().__init__(f"{message}{hint}")
+
+
+class NothingToScore(DataError):
+    """A benchmark suite whose queries were all excluded from scoring (every one an abstention, without
+    evidence, ...): the run fails naming the suite and the exclusions instead of reporting empty metrics."""

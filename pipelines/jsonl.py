@@ -1,41 +1,30 @@
 """Versioned JSON-lines files, written atomically and read with errors that name file and line.
 
 Every file starts with a header line ``{"schema": NAME, "version": N}``; then one JSON object a
-line. Writing goes to a temporary file in the same folder and is renamed into place, so a crash
-never leaves half a file. Reading checks the header and raises DataError naming the file, the
-line and (for the header) the field.
+line. Writing goes through :func:`pipelines.atomic.atomic_write` (a unique temporary file in the
+same folder, renamed into place), so a crash never leaves half a file. Reading checks the header
+and raises DataError naming the file, the line and (for the header) the field.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from pipelines.atomic import atomic_write
 from pipelines.errors import DataError
 
 
 def write_jsonl(path: str | os.PathLike, schema: str, version: int, lines: Iterable[str]) -> int:
     """Write the header and ``lines`` (already-serialised JSON objects). Returns the line count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"schema": schema, "version": version}) + "\n")
-            for line in lines:
-                f.write(line + "\n")
-                count += 1
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as f:
+        f.write(json.dumps({"schema": schema, "version": version}) + "\n")
+        for line in lines:
+            f.write(line + "\n")
+            count += 1
     return count
 
 

@@ -7,21 +7,28 @@ The same function serves every view of a stage: ``python -m pipelines run STAGE`
   interrupted training resumes);
 - a failed blocking check raises :class:`ValidationFailed` naming the file, record and rule,
   unless the caller (Dagster) reports checks itself, and the outputs are removed;
-- only rank 0 of a distributed launch talks to MLflow.
+- one execution at a time: the stage's file lock (:mod:`pipelines.locks`, also taking the locks of
+  stages whose outputs overlap) is held from removing the outputs to the last write; a second run
+  waits (or refuses: ``lock_timeout``), and every output file is written whole (:mod:`pipelines.atomic`);
+- only rank 0 of a distributed launch talks to MLflow, locks the stage and removes its outputs;
+- a stage that succeeds outside ``dvc repro`` is recorded in dvc.lock (:mod:`pipelines.dvc_lock`), so
+  DVC sees what Dagster or the CLI produced as up to date.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pipelines import config as cfg
 from pipelines.errors import DataError, ValidationFailed
+from pipelines.locks import StageLocks, stage_lock, timeout_from_env
 from pipelines.registry import Stage, StageResult
 
 log = logging.getLogger("mnemos")
@@ -81,14 +88,21 @@ def blocking_message(stage: Stage, result: StageResult) -> str:
 
 
 def run_stage(name: str, overrides: dict | None = None, *, track: bool = True, enforce_checks: bool = True,
-              root: Path | None = None, params_file: Path | None = None) -> StageResult:
-    """Run stage ``name`` once and return its result (see module docstring)."""
+              root: Path | None = None, params_file: Path | None = None,
+              lock_timeout: float | None | Literal["env"] = "env") -> StageResult:
+    """Run stage ``name`` once and return its result (see module docstring).
+
+    ``lock_timeout``: how long to wait while another process runs the stage (or one sharing its outputs):
+    None as long as it takes, 0 not at all, else seconds; then :class:`~pipelines.locks.StageBusy`.
+    "env": ``MNEMOS_LOCK_TIMEOUT`` (unset: wait as long as it takes).
+    """
     from pipelines.stages import STAGES  # the registry, complete
 
     if name not in STAGES:
         raise KeyError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
     stage = STAGES[name]
     root = Path(root or cfg.ROOT)
+    # The whole config is checked here (every key declared, every value accepted), before any output is touched.
     resolved = cfg.resolve(overrides, params_file=params_file or root / "params.yaml")
     stage_cfg = cfg.stage_config(resolved, stage.params)
     for rel in stage.inputs:
@@ -97,14 +111,34 @@ def run_stage(name: str, overrides: dict | None = None, *, track: bool = True, e
             hint = f"; run stage {producers[0]} first" if producers else ""
             raise DataError(f"input {rel} of stage {name} does not exist{hint}", file=rel)
 
-    clean_outputs(stage, root)
+    # Rank 0 alone locks and removes outputs: the other ranks of a launch write nothing before the training
+    # engine's first collective, which they pass once their rank 0 holds the lock (within torch's process-group
+    # timeout), and no rank waits on a lock its own launch holds. The Dagster asset of a launched stage does
+    # not lock: its Pipes subprocess does.
+    if lock_timeout == "env":
+        lock_timeout = timeout_from_env()
+    guard = stage_lock(root, stage, STAGES.values(), lock_timeout) if is_rank_zero() else contextlib.nullcontext()
+    with guard as held:
+        return _execute(stage, stage_cfg, root, track=track, enforce_checks=enforce_checks, held=held)
+
+
+def _execute(stage: Stage, stage_cfg: dict, root: Path, *, track: bool, enforce_checks: bool,
+             held: StageLocks | None) -> StageResult:
+    """Run ``stage`` under its locks (``held``; None on ranks other than 0): see the module docstring."""
+    writer = is_rank_zero()
+    if writer:
+        clean_outputs(stage, root)
     started = time.time()
     tracker_cm = None
-    if track and is_rank_zero():
+    if track and writer:
         from pipelines import tracking
 
+        # A training stage's run opens when its engine knows whether it resumes an earlier, killed run:
+        # then it continues that MLflow run (pipelines/training/engine.py).
         tracker_cm = tracking.stage_run(stage.name, stage.mlflow_experiment, stage_cfg,
-                                        inputs={rel: root / rel for rel in stage.inputs})
+                                        inputs={rel: root / rel for rel in stage.inputs},
+                                        lock=held.identity if held is not None else None,
+                                        deferred=stage.launcher == "accelerate")
     try:
         if tracker_cm is not None:
             with tracker_cm as tracker:
@@ -112,13 +146,19 @@ def run_stage(name: str, overrides: dict | None = None, *, track: bool = True, e
         else:
             result = _call(stage, stage_cfg, root, None)
     except BaseException:
-        clean_outputs(stage, root)
+        if writer:
+            clean_outputs(stage, root)
         raise
     result.metadata.setdefault("seconds", round(time.time() - started, 2))
     if failed_blocking(result):
-        clean_outputs(stage, root)
+        if writer:
+            clean_outputs(stage, root)
         if enforce_checks:
             raise ValidationFailed(blocking_message(stage, result), rule=failed_blocking(result)[0].name)
+    else:  # complete outputs: recorded in dvc.lock as `dvc repro` would (pipelines/dvc_lock.py says when not)
+        from pipelines.dvc_lock import record_stage
+
+        record_stage(stage, root, stage_cfg)
     return result
 
 

@@ -4,6 +4,9 @@ Three views are derived from ``STAGES`` and nothing else:
 - the Dagster assets (``assets/factory.py``),
 - ``dvc.yaml`` (:func:`dvc_yaml`, committed; ``tests/test_stages.py`` fails when it drifts),
 - the CLI ``python -m pipelines run STAGE``.
+
+A stage that succeeds under Dagster or the CLI is recorded in dvc.lock (:mod:`pipelines.dvc_lock`),
+so the three views agree on what is up to date.
 """
 
 from __future__ import annotations
@@ -38,12 +41,17 @@ def _param_keys(stage: Stage) -> list[str]:
     return ["profile", "seed", *stage.params]
 
 
+# DVC runs a stage's cmd through a shell with the caller's PATH: a bare `python` would be whatever comes
+# first there. bin/python is the project's interpreter (.venv's, else a python with mnemos installed).
+PYTHON = "bin/python"
+
+
 def _plot_path(plot) -> str:
     return plot if isinstance(plot, str) else next(iter(plot))
 
 
 def dvc_yaml() -> str:
-    """dvc.yaml generated from the registry: each stage runs ``python -m pipelines run NAME``.
+    """dvc.yaml generated from the registry: each stage runs ``bin/python -m pipelines run NAME``.
 
     Metrics files go under ``metrics`` and plots (PNG or CSV) stay in git-ignored, uncached
     outs and are listed in the top-level ``plots`` section (a CSV plot may carry x/y/template).
@@ -55,7 +63,7 @@ def dvc_yaml() -> str:
                 for o in stage.outputs if o not in stage.metrics]
         entry = {
             "desc": stage.description.splitlines()[0] if stage.description else stage.name,
-            "cmd": f"python -m pipelines run {stage.name}",
+            "cmd": f"{PYTHON} -m pipelines run {stage.name}",
             # The profiles' defaults live in pipelines/config.py: every stage depends on it.
             "deps": list(dict.fromkeys([*stage.inputs, *stage.code, "pipelines/config.py"])),
             "params": _param_keys(stage),

@@ -33,7 +33,8 @@ def test_last_stdout_line_is_metrics_json(synthetic_run):
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert last == json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     assert list(last) == ["synthetic"]
-    assert set(last["synthetic"]) == {"no_history", "bm25"}  # mdr could not run: no metrics, listed below
+    assert set(last["synthetic"]) == {"no_history", "bm25", "mdr"}
+    assert set(last["synthetic"]["mdr"]) == {"missing"}  # mdr could not run: its reason, no metrics (never zeros)
     bm25, none = last["synthetic"]["bm25"], last["synthetic"]["no_history"]
     assert bm25["queries"] > 0 and bm25["queries"] == none["queries"]
     for key in ("turn/recall@5", "turn/recall_any@1", "turn/recall_all@10", "session/ndcg_any@3", "turn/mrr",
@@ -113,3 +114,111 @@ def test_bad_record_names_file_record_and_field(tmp_path):
     assert "Traceback" not in proc.stderr
     assert not (out / "metrics.json").exists()
     assert proc.stdout.strip() == "" or not proc.stdout.strip().splitlines()[-1].startswith("{")
+
+
+# --- issue 15: real published files load as published; broken input never passes silently -----------------------
+
+LOADER_FIXTURES = REPO / "tests" / "data" / "loaders" / "fixtures"
+LME_QUIRKS = LOADER_FIXTURES / "longmemeval_s_quirks.json"      # dates out of order, blank turns
+REALMEM_QUIRKS = LOADER_FIXTURES / "realmem_quirks"             # current_time going back, blank turns
+LOCOMO = LOADER_FIXTURES / "locomo10_fixture.json"
+
+
+def _error(proc) -> str:
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return errors[0]
+
+
+def _locomo_without_text(tmp_path: Path) -> Path:
+    """LoCoMo with every turn's ``text`` renamed: it used to ingest with exit 0, 0 turns, validation 'passed'."""
+    data = json.loads(LOCOMO.read_text(encoding="utf-8"))
+    for conversation in data:
+        for key, turns in conversation["conversation"].items():
+            if key.startswith("session_") and isinstance(turns, list):
+                for turn in turns:
+                    turn["txt"] = turn.pop("text", "")
+    path = tmp_path / "locomo10.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("suite, path, dropped", [("longmemeval_s", LME_QUIRKS, {"blank_turn": 3}),
+                                                  ("realmem", REALMEM_QUIRKS, {"blank_turn": 3})])
+def test_published_quirks_ingest_and_benchmark(tmp_path, suite, path, dropped):
+    """The issue: turn_text_nonempty (a blank turn) and timestamps_non_decreasing stopped both commands."""
+    root = tmp_project(tmp_path / "p")
+    source = "longmemeval" if suite.startswith("longmemeval") else suite
+    proc = run_cli(["ingest", "--source", source, "--path", str(path), "--out", str(tmp_path / "data")], root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts["dropped"] == dropped and len(counts["examples"]["blank_turn"]) == 3
+    if source == "longmemeval":
+        assert counts["flagged"] == {"sessions_sorted_by_date": 2}
+        assert [e.split(": ")[0] for e in counts["examples"]["sessions_sorted_by_date"]] == [
+            f"{path} item 0 (qs_garden)", f"{path} item 2 (qs_cat_abs)"]
+    else:
+        assert counts["warnings"]["file_order_timestamps"] == 1 and counts["flagged"] == {}
+    assert "great_expectations" not in proc.stderr  # its INFO chatter stays out unless -v
+    html = (tmp_path / "data.validation.html").read_text(encoding="utf-8")
+    assert "<h2>Normalised on load</h2>" in html and "<code>blank_turn</code>" in html
+
+    out = tmp_path / "report"
+    proc = run_cli(["benchmark", "--suite", suite, "--path", str(path), "--strategies", "bm25", "--out", str(out),
+                    "-q"], root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])[suite]["bm25"]["queries"] > 0
+
+
+def test_ingest_refuses_a_load_that_lost_every_turn(tmp_path):
+    bad, out = _locomo_without_text(tmp_path), tmp_path / "out"
+    proc = run_cli(["ingest", "--source", "locomo", "--path", str(bad), "--out", str(out)], tmp_project(tmp_path / "p"))
+    assert proc.returncode != 0
+    error = _error(proc)
+    assert str(bad) in error and "rule 'load_loss_within_limit'" in error
+    assert "every one of the 22 turns read was left out: bad_turn: 22" in error and "field 'text'" in error
+    assert not out.exists() and proc.stdout.strip() == ""
+
+
+def test_ingest_refuses_a_file_without_episodes(tmp_path):
+    empty = tmp_path / "locomo10.json"
+    empty.write_text("[]", encoding="utf-8")
+    proc = run_cli(["ingest", "--source", "locomo", "--path", str(empty), "--out", str(tmp_path / "out")],
+                   tmp_project(tmp_path / "p"))
+    assert proc.returncode != 0 and "no episode was loaded" in _error(proc)
+    assert not (tmp_path / "out").exists()
+
+
+def test_dropped_turn_share_is_set_on_the_command_line(tmp_path):
+    """The LoCoMo fixture drops 1 of its 22 turns (4.5%): under the default 5%, over a 1% limit."""
+    root = tmp_project(tmp_path / "p")
+    proc = run_cli(["ingest", "--source", "locomo", "--path", str(LOCOMO), "--out", str(tmp_path / "out"),
+                    "--set", "ingest.max_dropped_turn_share=0.01"], root)
+    assert proc.returncode != 0
+    assert "1 of the 22 turns read (4.5%) were left out, more than ingest.max_dropped_turn_share = 0.01" in _error(proc)
+    proc = run_cli(["benchmark", "--suite", "locomo", "--path", str(LOCOMO), "--strategies", "bm25",
+                    "--out", str(tmp_path / "report"), "-q", "--set", "ingest.max_dropped_turn_share=0.01"], root)
+    assert proc.returncode != 0 and "load_loss_within_limit" in _error(proc)
+    assert not (tmp_path / "report" / "metrics.json").exists()
+
+
+def test_benchmark_refuses_a_load_that_lost_every_turn(tmp_path):
+    bad = _locomo_without_text(tmp_path)
+    proc = run_cli(["benchmark", "--suite", "locomo", "--path", str(bad), "--strategies", "bm25",
+                    "--out", str(tmp_path / "out"), "-q"], tmp_project(tmp_path / "p"))
+    assert proc.returncode != 0 and "every one of the 22 turns read was left out" in _error(proc)
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+def test_benchmark_that_scores_no_query_fails(tmp_path):
+    records = json.loads(LONGMEMEVAL.read_text(encoding="utf-8"))
+    for record in records:  # every question an abstention question: nothing left to score
+        record["question_id"] = record["question_id"].removesuffix("_abs") + "_abs"
+    path = tmp_path / "longmemeval_s.json"
+    path.write_text(json.dumps(records), encoding="utf-8")
+    proc = run_cli(["benchmark", "--suite", "longmemeval_s", "--path", str(path), "--strategies", "bm25",
+                    "--out", str(tmp_path / "out"), "-q"], tmp_project(tmp_path / "p"))
+    assert proc.returncode != 0
+    error = _error(proc)
+    assert "benchmark suite 'longmemeval_s' scores no query" in error and "abstention: 4" in error
+    assert not (tmp_path / "out" / "metrics.json").exists()

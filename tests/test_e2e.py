@@ -1,5 +1,7 @@
 """End to end on a copy of the project: Dagster asset selection, the CLI and `dvc repro` run the
-same stages; a corrupted input stops the chain with a message naming file, record and rule."""
+same stages and agree on what is up to date (a stage run by Dagster or the CLI is recorded in dvc.lock);
+`dvc repro` runs the project's interpreter whatever `python` comes first on PATH; a corrupted input stops
+the chain with a message naming file, record and rule."""
 
 from __future__ import annotations
 
@@ -25,10 +27,8 @@ def _files() -> list[str]:
     return [f for f in out if f and (CODE_ROOT / f).is_file()]
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    """A fresh git + DVC project holding the committed code, with smaller synthetic knobs."""
-    root = tmp_path_factory.mktemp("project")
+def copy_project(root: Path) -> None:
+    """The committed code (every file git would ship) copied into ``root``, with smaller synthetic knobs."""
     for rel in _files():
         dest = root / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -36,14 +36,42 @@ def project(tmp_path_factory):
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["synthetic"].update(TINY)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def git_init(root: Path, env: dict) -> None:
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"]):
+        subprocess.run(cmd, cwd=root, check=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A fresh git + DVC project holding the committed code, with smaller synthetic knobs."""
+    root = tmp_path_factory.mktemp("project")
+    copy_project(root)
     home = root / ".dagster_home"
     home.mkdir(exist_ok=True)
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", MNEMOS_ROOT=str(root),
                DAGSTER_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}",
                MNEMOS_ARTIFACT_ROOT=(root / "mlflow" / "artifacts").as_uri(), PYTHONPATH=str(root))
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"]):
-        subprocess.run(cmd, cwd=root, check=True, env=env)
+    git_init(root, env)
+    return root, env
+
+
+@pytest.fixture(scope="module")
+def venv_project(tmp_path_factory):
+    """A second fresh project as the README's set-up leaves it (``.venv`` in it: here a link to the test's
+    virtualenv), used from a shell whose PATH starts with the system's ``python`` (no pandas, no mnemos)."""
+    root = tmp_path_factory.mktemp("venv_project")
+    copy_project(root)
+    system = tmp_path_factory.mktemp("system_bin")
+    (system / "python").symlink_to(Path(sys.base_prefix) / "bin" / "python3")  # the interpreter under .venv
+    drop = {"MNEMOS_ROOT", "MNEMOS_ARTIFACT_ROOT", "MNEMOS_PROFILE", "MLFLOW_TRACKING_URI", "PYTHONPATH",
+            "VIRTUAL_ENV", "DVC_STAGE", "DVC_ROOT"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PATH"] = os.pathsep.join([str(system), "/usr/bin", "/bin"])
+    git_init(root, env)
+    (root / ".venv").symlink_to(sys.prefix)
     return root, env
 
 
@@ -70,29 +98,44 @@ def test_dvc_yaml_in_copy_is_current(project):
 
 def test_dagster_select_then_dvc_repro_then_cli_run_the_same_stages(project):
     root, _ = project
-    # 1. Dagster, with an asset selection (the antlr4 snag breaks --select if unfixed).
+    # 1. Dagster, with an asset selection (the antlr4 snag breaks --select if unfixed); each asset it
+    #    materialises is recorded in dvc.lock, so DVC sees those stages up to date.
     sh(project, "dagster", "asset", "materialize", "-m", "assets.definitions", "--select", "synthetic,ingest_synthetic")
     first = (root / "data/canonical/synthetic/test.jsonl").read_bytes()
     assert first.startswith(b'{"schema": "mnemos.episodes"')
-    # 2. dvc repro: the whole chain, ending in the report and the DVC metric.
-    sh(project, "dvc", "repro")
+    status = sh(project, "dvc", "status", "--with-deps", "ingest_synthetic").stdout
+    assert "Data and pipelines are up to date." in status, status
+    # 2. dvc repro: the rest of the chain (not what Dagster ran), ending in the report and the DVC metrics.
+    repro = sh(project, "dvc", "repro").stdout
+    assert "Stage 'synthetic' didn't change" in repro and "Stage 'ingest_synthetic' didn't change" in repro, repro
+    assert "Running stage 'benchmark'" in repro
     metrics = json.loads((root / "reports/metrics.json").read_text())
     assert "synthetic" in metrics
     assert (root / "reports/benchmark.md").read_text().startswith("#")
-    shown = sh(project, "dvc", "metrics", "show", "--json").stdout
-    assert "reports/metrics.json" in shown
+    shown = json.loads(sh(project, "dvc", "metrics", "show", "--json").stdout)[""]["data"]
+    suite = yaml.safe_load((root / "pipelines/evaluate/suites/synthetic.yaml").read_text())
+    ran = [s for s in suite["strategies"] if "missing" not in metrics["synthetic"][s]]
+    assert ran and sorted(shown) == sorted(f"reports/headline/synthetic/{s}.json" for s in suite["strategies"])
+    for strategy in ran:  # the headline figures are metrics.json's, a handful per strategy
+        figures = shown[f"reports/headline/synthetic/{strategy}.json"]["data"]
+        assert 1 <= len(figures) <= 5 and "context_tokens" in figures
+        assert all(metrics["synthetic"][strategy][key] == pytest.approx(v, abs=1e-4) for key, v in figures.items())
+    table = sh(project, "dvc", "metrics", "show").stdout.splitlines()  # one row per strategy, a few columns
+    assert len(table) == 1 + len(suite["strategies"]) and table[0].split()[0] == "Path", "\n".join(table)
+    assert 2 <= len(table[0].split()) <= 6, table[0]
     # Same stages, same (deterministic) data, whoever runs them.
     assert (root / "data/canonical/synthetic/test.jsonl").read_bytes() == first
     # 3. The CLI reruns one stage by hand.
     out = sh(project, "python", "-m", "pipelines", "run", "synthetic").stdout
     assert json.loads(out.strip().splitlines()[-1])["episodes_test"] >= 1
-    # One MLflow run per stage execution: dagster 2 + dvc (all stages) + cli 1.
+    # One MLflow run per stage execution: dagster 2 + dvc (the stages Dagster did not run) + cli 1.
     from pipelines.stages import STAGES
 
     names = [r.info.run_name for r in mlflow_runs(root)]
-    assert names.count("synthetic-tiny") == 3
+    assert names.count("synthetic-tiny") == 2 and names.count("ingest_synthetic-tiny") == 1
     assert sorted(set(names)) == sorted(f"{s}-tiny" for s in STAGES)
     assert sh(project, "dvc", "status").stdout.strip().endswith("Data and pipelines are up to date.")
+    assert sh(project, "dvc", "repro").stdout.count("didn't change") == len(STAGES)
 
 
 def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
@@ -128,3 +171,37 @@ def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
     assert not (root / "data/canonical/synthetic").exists()
     report = json.loads((root / "reports/validation/synthetic.json").read_text())
     assert any(not r["passed"] for r in report["rules"])
+
+
+def test_cli_runs_are_recorded_and_dvc_repro_reruns_only_what_changed(venv_project):
+    root, _ = venv_project
+    python, dvc = str(root / ".venv/bin/python"), str(root / ".venv/bin/dvc")
+    chain = ("synthetic", "ingest_synthetic", "emma_examples")
+    assert sh(venv_project, "python", "-c", "import pandas", check=False).returncode != 0  # the system python
+    for name in chain:
+        sh(venv_project, python, "-m", "pipelines", "run", name, "--no-track")
+    lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+    assert set(lock) == set(chain)
+    status = sh(venv_project, dvc, "status", "--with-deps", "emma_examples").stdout
+    assert "Data and pipelines are up to date." in status, status
+    repro = sh(venv_project, dvc, "repro", "emma_examples").stdout
+    assert "Running stage" not in repro and all(f"Stage '{n}' didn't change" in repro for n in chain), repro
+
+    # A param of emma_examples alone: DVC sees that stage changed, and reruns it alone, with the project's python.
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["emma"]["formats"]["negatives_per_positive"] = 2.0
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    status = sh(venv_project, dvc, "status", "--with-deps", "emma_examples").stdout
+    assert "emma_examples:" in status and "synthetic:" not in status, status
+    repro = sh(venv_project, dvc, "repro", "emma_examples").stdout
+    assert "Running stage 'emma_examples'" in repro, repro
+    assert "Running stage 'synthetic'" not in repro and "Running stage 'ingest_synthetic'" not in repro, repro
+    assert "up to date" in sh(venv_project, dvc, "status", "--with-deps", "emma_examples").stdout
+
+
+def test_a_run_with_overrides_leaves_dvc_seeing_the_stage_changed(venv_project):
+    root, _ = venv_project
+    sh(venv_project, str(root / ".venv/bin/python"), "-m", "pipelines", "run", "synthetic", "--no-track",
+       "--set", "synthetic.turns=4")
+    status = sh(venv_project, str(root / ".venv/bin/dvc"), "status", "synthetic").stdout
+    assert "synthetic:" in status and "changed outs" in status, status

@@ -1,8 +1,11 @@
 """Data stages: generate the synthetic source, ingest every configured source.
 
-Ingestion = load the source's published files (``pipelines.data.loaders``) -> validate the
-canonical tables (``pipelines.validate``) -> write ``data/canonical/<source>/`` only when no
-blocking rule failed. The validation report (HTML + JSON) is written in every case to
+Ingestion = load the source's published files, normalising its known quirks
+(``pipelines.data.loaders``) -> validate the canonical tables and what the load left out
+(``pipelines.validate``, the loss policy set by params.yaml ``ingest``) -> write
+``data/canonical/<source>/`` only when no blocking rule failed: the same
+``pipelines.data.ingest.load_and_validate`` as ``python -m pipelines ingest`` and ``benchmark
+--path``. The validation report (HTML + JSON) is written in every case to
 ``reports/validation/<source>.*`` and each rule becomes a Dagster asset check.
 """
 
@@ -98,33 +101,30 @@ def ingest_and_validate(ctx, source: str, path: Path, name: str) -> StageResult:
     """Load ``path`` with loader ``source``, validate it, write canonical data only if it passes.
 
     ``name`` names the dataset: its report is reports/validation/<name>.html and its canonical
-    data goes to data/canonical/<name>/.
+    data goes to data/canonical/<name>/. The metadata carries the counts, what was dropped and
+    flagged by reason with the first examples of each, and the validation warnings.
     """
-    from pipelines.data.ingest import load_source, write_canonical
-    from pipelines.validate import validate, write_report
+    from pipelines.data.ingest import load_and_validate, write_canonical
 
-    loaded = load_source(source, path)
-    report = validate(loaded.episodes, file=str(path), profile="misc" if source == "misc" else "generic",
-                      records=getattr(loaded, "records", None))
     html = ctx.path(f"reports/validation/{name}.html")
-    write_report(report, html, html.with_suffix(".json"))
+    checked = load_and_validate(source, path, config=ctx.config, report=html)
+    report = checked.report
     if ctx.tracker is not None:
         ctx.tracker.log_artifact(html, artifact_path="validation")
         ctx.tracker.log_artifact(html.with_suffix(".json"), artifact_path="validation")
     meta = {"source": source, "path": str(path), "validation_report": str(html),
             "validation_report_url": html.resolve().as_uri()}
-    if any(c.blocking and not c.passed for c in report.outcomes):
+    if not report.passed:
         return StageResult(metadata=meta, checks=list(report.outcomes))
-    counts = write_canonical(loaded, ctx.path(canonical_dir(name)))
-    dropped = counts.pop("dropped", {})
+    counts = write_canonical(checked.loaded, ctx.path(canonical_dir(name)), extra={"warnings": checked.warnings()})
     meta.update(counts)
-    meta["dropped"] = dropped
     metrics = {k: float(v) for k, v in counts.items() if isinstance(v, (int, float))}
-    metrics.update({f"dropped.{k}": float(v) for k, v in dropped.items()})
+    metrics.update({f"dropped.{k}": float(v) for k, v in counts["dropped"].items()})
+    metrics.update({f"flagged.{k}": float(v) for k, v in counts["flagged"].items()})
     return StageResult(metadata=meta, metrics=metrics, checks=list(report.outcomes))
 
 
-@stage(name="ingest_synthetic", group="data", params=(), inputs=(RAW_SYNTHETIC,),
+@stage(name="ingest_synthetic", group="data", params=("ingest",), inputs=(RAW_SYNTHETIC,),
        outputs=(canonical_dir("synthetic"),), checks=_rule_specs(),
        code=("pipelines/data", "pipelines/validate"))
 def ingest_synthetic(ctx) -> StageResult:
@@ -144,7 +144,7 @@ def _register_sources() -> None:
             return ingest_and_validate(ctx, source, path if path.is_absolute() else ctx.root / path, source)
 
         fn.__doc__ = f"Ingest and validate the {source} files at params.yaml sources.{source} into the canonical model."
-        stage(name=f"ingest_{source}", group="data", params=("sources",), inputs=(str(path),),
+        stage(name=f"ingest_{source}", group="data", params=("sources", "ingest"), inputs=(str(path),),
               outputs=(canonical_dir(source),), checks=_rule_specs(),
               code=("pipelines/data", "pipelines/validate"))(fn)
 

@@ -73,6 +73,14 @@ class SyntheticConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"synthetic.{name} must be an integer, got {value!r}.")
+        floats = ("distractor_density", "train_fraction", "valid_fraction", "test_fraction", "update_rate",
+                  "recall_rate", "min_gap_hours", "max_gap_days")
+        for name in floats:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"synthetic.{name} must be a finite number, got {value!r}.")
+        if not isinstance(self.id_prefix, str):
+            raise ConfigError(f"synthetic.id_prefix must be a string, got {self.id_prefix!r}.")
         for name in ("episodes", "sessions", "partners"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"synthetic.{name} must be at least 1, got {getattr(self, name)}.")

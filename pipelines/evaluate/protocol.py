@@ -44,6 +44,7 @@ from pipelines.memory import MemoryStrategy, Retrieved, TokenCounter, build_stra
 
 EXCLUSION_REASONS = ("abstention", "evidence_not_earlier", "no_evidence", "no_scored_granularity")
 _ID_FIELD = {"turn": "turn_id", "session": "session_id", "memory": "memory_id"}
+MAX_SESSION_GROUPS = 10  # per-session tables and plots: one column per session up to this many, else ranges
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class QueryScore:
     session_index: int           # Session.index of the session it was asked in (last + 1: after the last)
     context_tokens: int          # tokens of context(query, budget_tokens)
     n_evidence: int              # |R| at this granularity
+    retrieved: int               # items retrieve(query, depth) returned (0: the memory had nothing to give)
     metrics: dict[str, float] = field(default_factory=dict)  # "recall@5", "ndcg_any@10", "mrr", ...
 
 
@@ -118,6 +120,11 @@ class ProtocolResult:
         if self._aggregate is None:
             self._aggregate = aggregate(self.scores)
         return self._aggregate
+
+    def retrieved_nothing(self) -> bool:
+        """True when queries were scored and not one retrieval returned an item: the memory stayed empty
+        (or unusable) on this data, so the zeros measure no retrieval."""
+        return bool(self.scores) and not any(s.retrieved for s in self.scores)
 
 
 def ranking(items: Sequence[Retrieved], granularity: str) -> list[str]:
@@ -203,7 +210,7 @@ def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: Protoco
                     and "turn" in strategy.granularities):
                 metrics = {**metrics, **_turn2session(items, evidence["turn"], config.ks, turn_session)}
             scores.append(QueryScore(name, episode.id, query.id, granularity, query.category or "uncategorised",
-                                     session_index, tokens, len(relevant), metrics))
+                                     session_index, tokens, len(relevant), len(items), metrics))
             scored = True
         if not scored:
             skip("no_scored_granularity")
@@ -271,6 +278,36 @@ def aggregate(scores: Sequence[QueryScore]) -> dict[str, Any]:
     return {"overall": _group(scores),
             "per_category": {c: _group(v) for c, v in sorted(per_category.items())},
             "per_session": {i: _group(v) for i, v in sorted(per_session.items())}}
+
+
+def session_ranges(indices: Iterable[int], max_groups: int = MAX_SESSION_GROUPS) -> list[tuple[int, int]]:
+    """Contiguous, inclusive ranges of session indices covering ``indices``, for per-session breakdowns.
+
+    At most ``max_groups`` distinct indices: one range per index. More (RealMem: about 270 sessions per
+    persona): the span from the lowest to the highest index cut into ``max_groups`` ranges of equal width
+    (the last may be shorter), ranges holding none of ``indices`` left out.
+    """
+    if max_groups < 1:
+        raise ValueError(f"max_groups must be >= 1, got {max_groups}.")
+    present = sorted(set(indices))
+    if len(present) <= max_groups:
+        return [(i, i) for i in present]
+    low, high = present[0], present[-1]
+    width = -(-(high - low + 1) // max_groups)  # ceil: at most max_groups ranges
+    ranges = [(start, min(start + width - 1, high)) for start in range(low, high + 1, width)]
+    return [(a, b) for a, b in ranges if any(a <= i <= b for i in present)]
+
+
+def aggregate_sessions(scores: Sequence[QueryScore], ranges: Sequence[tuple[int, int]]
+                       ) -> dict[tuple[int, int], dict[str, Any]]:
+    """:func:`_group` of the scores asked in each range of session indices: means over the queries of the
+    range (never means of per-session means). Ranges without a score are left out."""
+    out = {}
+    for low, high in ranges:
+        rows = [s for s in scores if low <= s.session_index <= high]
+        if rows:
+            out[(low, high)] = _group(rows)
+    return out
 
 
 def flat_metrics(group: dict[str, Any]) -> dict[str, float]:

@@ -1,31 +1,37 @@
 """The benchmark report: every strategy of every suite through the temporal protocol.
 
 :func:`evaluate_suite` runs :func:`pipelines.evaluate.protocol.run_protocol` for each strategy of
-a :class:`~pipelines.evaluate.suite.Suite` (a strategy whose trained model does not exist is
-recorded as *missing* with the reason, never dropped); :func:`write_report` writes under
-``out_dir``:
+a :class:`~pipelines.evaluate.suite.Suite`. A strategy that cannot run on the suite's data (its class's
+``unavailable``: ``session_summary`` without session summaries, ``egocentric_gold`` without memories,
+``graph`` reading triplets the data does not have) or whose trained model does not exist is not run and is
+recorded as *missing* with the reason, never dropped and never scored 0; a strategy that ran but retrieved
+nothing for any query is flagged (a note under the tables and plots, a logged warning).
+:func:`write_report` writes under ``out_dir``:
 
 - ``benchmark.md``: header (profile, model sizes), then per suite: its settings and version, query
   counts and exclusions, one table per granularity (strategies as rows, metrics as columns, the
   best value of each column in bold, missing strategies as rows saying why), per-category and
-  per-session tables of recall@K (sessions numbered from 1, as in G-Long's tables), and the
-  published reference numbers of the suite, labelled comparable or not; for a suite with
+  per-session tables of recall@K (sessions numbered from 1, as in G-Long's tables; with queries asked
+  in more than ten sessions, ten ranges of sessions, each a mean over its queries, with a row counting
+  them), and the published reference numbers of the suite, labelled comparable or not; for a suite with
   ``generation: [mdr]``, a "Response generation" table (our MDR row labelled with the profile, the
   suite's reference rows beside it labelled comparable or not; bold marks the best value of a
   column among comparable rows only), a per-session table and a few sample responses;
 - ``metrics.json``: ``{suite: {strategy: {metric: value}}}`` with flat keys such as
   ``"turn/recall@5"``, ``"session/ndcg_any@10"``, ``"turn/mrr"``, ``"context_tokens"``,
-  ``"queries"`` (a DVC metrics file); a suite's generation sits beside its strategies under
-  ``"mdr_generation"`` with keys ``"bleu-1"``.. ``"bleu-4"``, ``"rouge-l"``, ``"dist-n"``,
-  ``"c_dist-n"``, ``"s_dist-n"``, ``"responses"``, ``"examples_total"``, per session
+  ``"queries"`` (the full table; the DVC metrics are :func:`write_headline`'s few figures), and
+  ``{"missing": why}`` for a strategy or generator that was not run (never zeros); a suite's generation
+  sits beside its strategies under ``"mdr_generation"`` with keys ``"bleu-1"``.. ``"bleu-4"``, ``"rouge-l"``,
+  ``"dist-n"``, ``"c_dist-n"``, ``"s_dist-n"``, ``"responses"``, ``"examples_total"``, per session
   ``"session_<n>/<metric>"`` and the mean over sessions 2-5 (G-Long's tables) ``"sessions_2-5/<metric>"``;
 - ``queries.jsonl``: one line per (suite, strategy, query, granularity) with its metrics;
 - per suite, ``plots/<suite>/recall_at_k.png`` (recall@k against k, a line per strategy, a panel
-  per granularity), ``recall_by_session.png`` (recall@K against the session a query is asked in),
-  ``tokens_vs_recall.png`` (mean context tokens against recall@K) and ``recall_at_k.csv`` (column
-  ``k`` and one column ``<granularity>/<strategy>`` each: a DVC plot with x = k), and with more
-  than one session scored for generation ``generation_by_session.png`` (BLEU-1 and ROUGE-L
-  against the session number).
+  per granularity), ``recall_by_session.png`` (recall@K against the session, or range of sessions, a
+  query is asked in), ``tokens_vs_recall.png`` (mean context tokens against recall@K), each with the
+  strategies not run (and why) and those that retrieved nothing noted under its panels, and
+  ``recall_at_k.csv`` (column ``k`` and one column ``<granularity>/<strategy>`` each: a DVC plot with
+  x = k), and with more than one session scored for generation ``generation_by_session.png`` (BLEU-1
+  and ROUGE-L against the session number).
 
 "Best" is the highest value for every retrieval metric; ``context_tokens`` and ``queries`` are
 reported, not ranked. A column where every strategy ties has no bold value. An oracle strategy (its
@@ -37,17 +43,21 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from pipelines import atomic
+from pipelines.atomic import atomic_write
 from pipelines.data.schema import Episode
-from pipelines.errors import ConfigError, ModelNotTrained
+from pipelines.errors import ConfigError, ModelNotTrained, NothingToScore
 from pipelines.evaluate.metrics import METRICS
-from pipelines.evaluate.protocol import ProtocolConfig, ProtocolResult, flat_metrics, run_protocol
+from pipelines.evaluate.protocol import (ProtocolConfig, ProtocolResult, aggregate_sessions, flat_metrics,
+                                         run_protocol, session_ranges)
 from pipelines.evaluate.suite import Suite
-from pipelines.memory import GRANULARITIES, TokenCounter, missing_models
+from pipelines.memory import GRANULARITIES, STRATEGIES, TokenCounter, missing_models
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # distinct markers so overlapping points stay readable
 GENERATION_COLUMNS = ("bleu-1", "bleu-2", "bleu-3", "bleu-4", "rouge-l", "dist-1", "dist-2", "c_dist-1", "c_dist-2",
@@ -55,6 +65,7 @@ GENERATION_COLUMNS = ("bleu-1", "bleu-2", "bleu-3", "bleu-4", "rouge-l", "dist-1
 SESSION_COLUMNS = ("responses", "bleu-1", "bleu-2", "bleu-3", "bleu-4", "rouge-l", "c_dist-1", "c_dist-2",
                    "s_dist-1", "s_dist-2")
 GLONG_SESSIONS = (2, 3, 4, 5)  # G-Long's tables: sessions 2-5 (and their average)
+EMPTY_BY_DESIGN = ("no_history",)  # strategies whose memory is empty on purpose (the floor), never flagged empty
 
 
 def headline_k(ks: Sequence[int]) -> int:
@@ -150,26 +161,49 @@ def category_names(source: str) -> dict[str, str]:
     return dict(getattr(sys.modules.get(getattr(loader, "__module__", ""), None), "CATEGORY_NAMES", {}))
 
 
+def session_groups(results: dict[str, ProtocolResult]) -> list[tuple[int, int]]:
+    """The session ranges of a suite's per-session tables and plot, shared by every strategy: one per
+    session index asked in, or at most ten ranges when there are more (:func:`session_ranges`)."""
+    return session_ranges(s.session_index for r in results.values() for s in r.scores)
+
+
+def session_label(low: int, high: int) -> str:
+    """``session 3`` or ``sessions 1-27``: session indices numbered from 1, as in G-Long's tables."""
+    return f"session {low + 1}" if low == high else f"sessions {low + 1}-{high + 1}"
+
+
 def breakdown_table(results: dict[str, ProtocolResult], by: str, granularity: str, metric: str,
                     names: dict[str, str] | None = None) -> str | None:
     """Strategies x groups (``by`` = "per_category" | "per_session") of one metric; ``names``
-    labels category codes ("2" -> "2 (temporal)")."""
+    labels category codes ("2" -> "2 (temporal)"). Per session, the columns are :func:`session_groups`
+    (each cell the mean over the queries asked in its sessions), and a last row counts those queries."""
     rows: dict[str, dict[str, float]] = {}
     groups: list[str] = []
     names = names or {}
+    ranges = session_groups(results) if by == "per_session" else []
+    asked: dict[str, set[tuple[str, str]]] = {}  # session label -> the queries scored at this granularity
     for name, result in results.items():
-        for group, agg in result.aggregate()[by].items():
-            if by == "per_category":
-                label = f"{group} ({names[str(group)]})" if str(group) in names else str(group)
-            else:
-                label = f"session {group + 1}"
+        if by == "per_category":
+            labelled = {(f"{group} ({names[str(group)]})" if str(group) in names else str(group)): agg
+                        for group, agg in result.aggregate()[by].items()}
+        else:
+            labelled = {session_label(*span): agg for span, agg in aggregate_sessions(
+                [s for s in result.scores if s.granularity == granularity], ranges).items()}
+        for label, agg in labelled.items():
             if granularity in agg:
                 rows.setdefault(name, {})[label] = agg[granularity][metric]
                 if label not in groups:
                     groups.append(label)
+        for low, high in ranges:
+            asked.setdefault(session_label(low, high), set()).update(
+                (s.episode_id, s.query_id) for s in result.scores
+                if s.granularity == granularity and low <= s.session_index <= high)
     if not rows:
         return None
     rows, competing = _labelled(rows)
+    if by == "per_session":
+        groups = [label for label in (session_label(*span) for span in ranges) if label in groups]  # time order
+        rows["queries"] = {g: len(asked[g]) for g in groups}
     return markdown_table(rows, groups, ranked_rows=competing)
 
 
@@ -183,55 +217,78 @@ def _figure(n_panels: int):
     return plt, fig, axes[0]
 
 
-def _integer_ticks(ax) -> None:
-    from matplotlib.ticker import MaxNLocator
+def _save(plt, fig, axes, path: Path, note: str = "") -> None:
+    """Grid, legends and ``note`` (the strategies not drawn, and why) under the panels; then write ``path``."""
+    import textwrap
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _save(plt, fig, axes, path: Path) -> None:
     for ax in axes:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    lines = textwrap.wrap(note, width=int(fig.get_figwidth() * 17)) if note else []
+    if lines:
+        fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, min(0.5, 0.035 * len(lines) + (0.01 if lines else 0)), 1, 1))
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format=path.suffix.lstrip("."), dpi=100)
     plt.close(fig)
+
+
+def plot_note(run: "SuiteRun") -> str:
+    """The line under a suite's plots: the strategies not drawn, each with its reason (shortened), and those
+    drawn at 0 because they retrieved nothing ("" when every strategy ran and retrieved)."""
+    import textwrap
+
+    parts = []
+    if run.missing:
+        parts.append("not run: " + "; ".join(f"{name} ({textwrap.shorten(why, 100, placeholder=' ...')})"
+                                             for name, why in run.missing.items()))
+    if run.retrieved_nothing():
+        parts.append("retrieved nothing for any query (drawn at 0): " + ", ".join(run.retrieved_nothing()))
+    return ". ".join(parts)
 
 
 def _granularities(aggs: dict[str, dict]) -> list[str]:
     return [g for g in GRANULARITIES if any(g in a for a in aggs.values())] or ["turn"]
 
 
-def _plot_recall_at_k(results: dict[str, ProtocolResult], ks: Sequence[int], path: Path, title: str) -> None:
+def _plot_recall_at_k(results: dict[str, ProtocolResult], ks: Sequence[int], path: Path, title: str,
+                      note: str = "") -> None:
     aggs = {name: r.aggregate()["overall"] for name, r in results.items()}
     grans = _granularities(aggs)
     plt, fig, axes = _figure(len(grans))
     for i, (ax, g) in enumerate(zip(axes, grans)):
         for j, (name, agg) in enumerate(aggs.items()):
             if g in agg:
-                ax.plot(list(ks), [agg[g][f"recall@{k}"] for k in ks], marker=MARKERS[j % len(MARKERS)], label=name)
+                ax.plot(list(ks), [agg[g][f"recall@{k}"] for k in ks], marker=MARKERS[j % len(MARKERS)], label=name,
+                        color=f"C{j % 10}")  # a strategy keeps its colour in every panel
         ax.set(title=f"{title}: {g} granularity", xlabel="k", ylabel="recall@k", ylim=(0, 1.02), xticks=list(ks))
-    _save(plt, fig, axes, path)
+    _save(plt, fig, axes, path, note)
 
 
-def _plot_by_session(results: dict[str, ProtocolResult], k: int, path: Path, title: str) -> None:
-    aggs = {name: r.aggregate() for name, r in results.items()}
-    grans = _granularities({n: a["overall"] for n, a in aggs.items()})
+def _plot_by_session(results: dict[str, ProtocolResult], k: int, path: Path, title: str, note: str = "") -> None:
+    """recall@k per :func:`session_groups` (a point per session, or per range of sessions at its middle)."""
+    ranges = session_groups(results)
+    middle = {span: (span[0] + span[1]) / 2 + 1 for span in ranges}  # sessions numbered from 1
+    grans = _granularities({n: r.aggregate()["overall"] for n, r in results.items()})
     plt, fig, axes = _figure(len(grans))
     for ax, g in zip(axes, grans):
-        for j, (name, agg) in enumerate(aggs.items()):
-            points = sorted((i + 1, v[g][f"recall@{k}"]) for i, v in agg["per_session"].items() if g in v)
+        for j, (name, result) in enumerate(results.items()):
+            groups = aggregate_sessions([s for s in result.scores if s.granularity == g], ranges)
+            points = [(middle[span], v[g][f"recall@{k}"]) for span, v in groups.items() if g in v]
             if points:
-                ax.plot(*zip(*points), marker=MARKERS[j % len(MARKERS)], label=name)
-        ax.set(title=f"{title}: {g} granularity", xlabel="session the query is asked in (1 = first)",
-               ylabel=f"recall@{k}", ylim=(-0.02, 1.05))
-        _integer_ticks(ax)  # sessions are whole numbers
-    _save(plt, fig, axes, path)
+                ax.plot(*zip(*points), marker=MARKERS[j % len(MARKERS)], label=name, color=f"C{j % 10}")
+        grouped = any(low != high for low, high in ranges)
+        ax.set(title=f"{title}: {g} granularity", ylim=(-0.02, 1.05), ylabel=f"recall@{k}",
+               xlabel="sessions the query is asked in (1 = first)" if grouped
+               else "session the query is asked in (1 = first)")
+        ax.set_xticks([middle[span] for span in ranges], [session_label(*span).split(" ")[1] for span in ranges],
+                      **({"rotation": 45, "fontsize": 8} if grouped else {}))
+    _save(plt, fig, axes, path, note)
 
 
-def _plot_tokens_vs_recall(results: dict[str, ProtocolResult], k: int, path: Path, title: str) -> None:
+def _plot_tokens_vs_recall(results: dict[str, ProtocolResult], k: int, path: Path, title: str,
+                           note: str = "") -> None:
     aggs = {name: r.aggregate()["overall"] for name, r in results.items()}
     grans = _granularities(aggs)
     plt, fig, axes = _figure(len(grans))
@@ -239,10 +296,10 @@ def _plot_tokens_vs_recall(results: dict[str, ProtocolResult], k: int, path: Pat
         for j, (name, agg) in enumerate(aggs.items()):
             if g in agg:
                 ax.scatter([agg["context_tokens"]], [agg[g][f"recall@{k}"]], s=50, alpha=0.8, label=name,
-                           marker=MARKERS[j % len(MARKERS)])
+                           marker=MARKERS[j % len(MARKERS)], color=f"C{j % 10}")
         ax.set(title=f"{title}: {g} granularity", xlabel="mean context tokens", ylabel=f"recall@{k}",
                ylim=(-0.02, 1.05))
-    _save(plt, fig, axes, path)
+    _save(plt, fig, axes, path, note)
 
 
 def _plot_generation_by_session(result: dict, path: Path, title: str) -> None:
@@ -259,8 +316,7 @@ def _write_recall_csv(results: dict[str, ProtocolResult], ks: Sequence[int], pat
     aggs = {name: r.aggregate()["overall"] for name, r in results.items()}
     columns = [(g, name) for g in GRANULARITIES for name, agg in aggs.items() if g in agg]
     header = ["k"] + [f"{g}/{name}" for g, name in columns]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with atomic_write(path, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(header)
         for k in ks:
@@ -269,9 +325,7 @@ def _write_recall_csv(results: dict[str, ProtocolResult], ks: Sequence[int], pat
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_json(path, obj, indent=2)
 
 
 @dataclass
@@ -281,16 +335,29 @@ class SuiteRun:
     suite: Suite
     episodes: int
     results: dict[str, ProtocolResult]
-    missing: dict[str, str]   # strategy -> why it could not run (its model is not trained)
+    missing: dict[str, str]   # strategy -> why it was not run (model not trained, or nothing to read in the data)
     counter: TokenCounter
     generation: dict[str, dict] = field(default_factory=dict)  # generator -> evaluate_mdr_episodes' result
     generation_missing: dict[str, str] = field(default_factory=dict)  # generator -> why it was not scored
 
-    def metrics(self) -> dict[str, dict[str, float]]:
-        out = {name: flat_metrics(r.aggregate()["overall"]) for name, r in self.results.items()}
-        for name, result in self.generation.items():
-            out[f"{name}_generation"] = flat_generation_metrics(result)
+    def metrics(self) -> dict[str, dict[str, float | str]]:
+        """Strategy -> flat metrics, in the suite's order; a strategy or generator that was not run has
+        ``{"missing": why}`` instead (never zeros)."""
+        out: dict[str, dict[str, float | str]] = {}
+        for name in dict.fromkeys([*self.suite.strategies, *self.results, *self.missing]):
+            if name in self.results:
+                out[name] = flat_metrics(self.results[name].aggregate()["overall"])
+            elif name in self.missing:
+                out[name] = {"missing": self.missing[name]}
+        for name in dict.fromkeys([*self.generation, *self.generation_missing]):
+            out[f"{name}_generation"] = (flat_generation_metrics(self.generation[name]) if name in self.generation
+                                         else {"missing": self.generation_missing[name]})
         return out
+
+    def retrieved_nothing(self) -> list[str]:
+        """The strategies that ran but retrieved nothing for any scored query (their memory stayed empty on
+        this data), besides those that keep nothing by design (``no_history``)."""
+        return [name for name, r in self.results.items() if name not in EMPTY_BY_DESIGN and r.retrieved_nothing()]
 
     def counts(self) -> dict[str, dict[str, int]]:
         return {name: {"scored": r.aggregate()["overall"]["queries"], **r.exclusion_counts()}
@@ -304,7 +371,10 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
     (strategy -> config fields) go under the suite's own ``strategy_settings``; ``generation``
     (generator -> settings: ``teacher`` / ``student`` / ``decoder`` folders, ``max_new_tokens``,
     ``seed``, ``device``) goes over the project defaults (:func:`generation_defaults` under the
-    project root). A generator whose model is missing is recorded in ``generation_missing``."""
+    project root). A strategy that cannot run on ``episodes`` (its class's ``unavailable``: e.g. session
+    summaries that the data does not have) or whose model is not trained is not run and is recorded in
+    ``missing`` with the reason; a generator whose model is missing in ``generation_missing``. A strategy
+    that ran but retrieved nothing for any query is logged as a warning (and noted in the report)."""
     settings = settings or {}
     unknown = sorted(set(settings) - set(suite.strategies))
     if unknown:
@@ -316,6 +386,10 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
     missing: dict[str, str] = {}
     for name in suite.strategies:
         merged = {**settings.get(name, {}), **suite.strategy_settings.get(name, {})}
+        why = STRATEGIES[name].unavailable(episodes, merged)  # the data lacks what it reads: not run, not scored
+        if why:
+            missing[name] = f"cannot run on this data: {why}"
+            continue
         absent = missing_models(name, merged)
         if absent:
             missing[name] = "; ".join(str(e) for e in absent)
@@ -324,8 +398,37 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
             results[name] = run_protocol(episodes, name, config, merged, counter)
         except ModelNotTrained as exc:
             missing[name] = str(exc)
+    require_scored_queries(suite, episodes, results)
     scored, not_scored = run_generation(suite, episodes, generation, show_progress)
-    return SuiteRun(suite, len(episodes), results, missing, counter, scored, not_scored)
+    if not scored and not any(r.scores for r in results.values()):  # no query scored and no response generated
+        raise NothingToScore(f"benchmark suite {suite.name!r} scores nothing on its {len(episodes)} episodes: "
+                             f"{sum(len(e.queries) for e in episodes)} queries, no strategy scored one ("
+                             f"ran: {', '.join(results) or 'none'}), and no response generation was scored ("
+                             + (", ".join(f"{g}: {why}" for g, why in not_scored.items()) or "none configured")
+                             + ").")
+    run = SuiteRun(suite, len(episodes), results, missing, counter, scored, not_scored)
+    for name in run.retrieved_nothing():
+        logging.getLogger("mnemos").warning("strategy %s retrieved nothing for any of the %d scored queries of "
+                                            "suite %s", name, results[name].aggregate()["overall"]["queries"],
+                                            suite.name)
+    return run
+
+
+def require_scored_queries(suite: Suite, episodes: Sequence[Episode],
+                           results: Mapping[str, ProtocolResult]) -> None:
+    """NothingToScore when the episodes hold queries but the strategies that ran scored none of them (every one
+    excluded: abstention, no evidence, ...), naming the suite and the exclusions.
+
+    Dialogue-only data (ConvAI2, MSC, CC: no question at all, its suites score generation) is not an error; a
+    source that publishes questions and loads none fails at load (rule ``load_loss_within_limit``).
+    """
+    queries = sum(len(e.queries) for e in episodes)
+    if not results or queries == 0 or any(r.scores for r in results.values()):
+        return
+    strategy, result = next(iter(results.items()))
+    reasons = ", ".join(f"{reason}: {n}" for reason, n in result.exclusion_counts().items() if n)
+    raise NothingToScore(f"benchmark suite {suite.name!r} scores no query: all {queries} queries of its "
+                         f"{len(episodes)} episodes were excluded ({reasons}; for {strategy}).")
 
 
 def run_generation(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
@@ -466,6 +569,12 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
     tables = granularity_tables(results, ks, suite.metrics, run.missing)
     k = headline_k(ks)
     main = "\n\n".join(f"### {g} granularity\n\n{t}" for g, t in tables.items())
+    empty = run.retrieved_nothing()
+    if empty:  # ran, but their memory never gave an item: say so under the tables, not only zeros
+        main += ("\n\n**Retrieved nothing:** " + "; ".join(
+            f"`{name}` returned no item for any of its {results[name].aggregate()['overall']['queries']} scored "
+            "queries" for name in empty) + (". Its memory" if len(empty) == 1 else ". Their memories")
+            + " stayed empty on this data: the zeros measure no retrieval, not a poor one.")
     lines = [f"## Suite `{suite.name}` (version {suite.version})", ""]
     if suite.description:
         lines += [suite.description, ""]
@@ -491,6 +600,7 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
     if oracles:
         lines += ["Oracle rows (labelled, never bold: they read what a real system has to produce): "
                   + "; ".join(f"`{name}`: {why}" for name, why in oracles.items()) + ".", ""]
+    ranges = session_groups(results)
     for by, title in (("per_category", "Per category"),
                       ("per_session", "Per session (the session a query is asked in, numbered from 1)")):
         parts = [(g, breakdown_table(results, by, g, f"recall@{k}", category_names(suite.source)))
@@ -498,6 +608,11 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
         parts = [(g, t) for g, t in parts if t]
         if parts:
             lines += [f"### {title}: recall@{k}", ""]
+            if by == "per_session" and any(low != high for low, high in ranges):
+                asked = len({s.session_index for r in results.values() for s in r.scores})
+                lines += [f"Queries are asked in {asked} different sessions: grouped into {len(ranges)} ranges of "
+                          "equal width; a cell is the mean over the queries asked in its range (not a mean of "
+                          "per-session means), the `queries` row counts them.", ""]
             for g, t in parts:
                 lines += [f"{g} granularity:", "", t, ""]
     lines += _generation_markdown(run, profile)
@@ -515,23 +630,28 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
 
 
 def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: str = "tiny",
-                 models: dict[str, str] | None = None) -> dict[str, Any]:
+                 models: dict[str, str] | None = None, sections: Sequence[str] = (),
+                 section_metrics: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> dict[str, Any]:
     """Write benchmark.md, metrics.json, queries.jsonl and the plots of ``runs`` under ``out_dir``.
 
     ``models`` maps a model to its size / description for the header (e.g. ``{"mdr decoder":
-    "GPT-2 2x64"}``). Returns ``{"metrics", "markdown" (suite -> tables), "plots" (paths),
-    "files", "counts" (suite -> strategy -> counts), "missing" (suite -> strategy -> why),
-    "generation_missing" (suite -> generator -> why),
-    "dvc_plot" (the first suite's recall CSV: path, x, y)}``.
+    "GPT-2 2x64"}``). ``sections`` (markdown) end benchmark.md and ``section_metrics`` (suite -> key ->
+    metric -> value) join metrics.json: the benchmark stage's trained-method sections. The whole report is
+    composed in memory and every file written once, whole (pipelines.atomic).
+    Returns ``{"metrics", "markdown" (suite -> tables), "plots" (paths), "files", "counts" (suite ->
+    strategy -> counts), "missing" (suite -> strategy -> why), "generation_missing" (suite -> generator
+    -> why), "dvc_plot" (the first suite's recall CSV: path, x, y)}``.
     """
     if not runs:
         raise ConfigError("no suite to report.")
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     metrics = {run.suite.name: run.metrics() for run in runs}
+    for suite, per_key in (section_metrics or {}).items():
+        metrics.setdefault(suite, {}).update({key: dict(values) for key, values in per_key.items()})
     files = {"markdown": out / "benchmark.md", "metrics": out / "metrics.json", "queries": out / "queries.jsonl"}
     _write_json(files["metrics"], metrics)
-    with open(files["queries"], "w", encoding="utf-8") as f:
+    with atomic_write(files["queries"]) as f:
         for run in runs:
             for r in run.results.values():
                 for s in r.scores:
@@ -562,13 +682,14 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
         k = headline_k(run.suite.ks)
         paths = [folder / "recall_at_k.png", folder / "recall_by_session.png", folder / "tokens_vs_recall.png",
                  folder / "recall_at_k.csv"]
-        _plot_recall_at_k(run.results, run.suite.ks, paths[0], run.suite.name)
-        _plot_by_session(run.results, k, paths[1], run.suite.name)
-        _plot_tokens_vs_recall(run.results, k, paths[2], run.suite.name)
+        note = plot_note(run)
+        _plot_recall_at_k(run.results, run.suite.ks, paths[0], run.suite.name, note)
+        _plot_by_session(run.results, k, paths[1], run.suite.name, note)
+        _plot_tokens_vs_recall(run.results, k, paths[2], run.suite.name, note)
         y = _write_recall_csv(run.results, run.suite.ks, paths[3])
         plots += paths
         dvc_plot = dvc_plot or {"path": paths[3], "x": "k", "y": y}
-    files["markdown"].write_text("\n".join(lines), encoding="utf-8")
+    atomic.write_text(files["markdown"], "\n".join(lines) + "".join("\n" + md for md in sections))
     files.update({p.relative_to(out).as_posix(): p for p in plots})
     return {"metrics": metrics, "markdown": tables, "plots": plots, "files": files,
             "counts": {run.suite.name: run.counts() for run in runs},
@@ -592,3 +713,32 @@ def run_benchmark(episodes: Iterable[Episode], strategies: Sequence[str], ks: Se
                  budget_tokens=budget_tokens)
     run = evaluate_suite(spec, list(episodes), strategy_settings, tokenizer, show_progress)
     return write_report([run], out_dir, profile)
+
+
+HEADLINE_METRICS = ("session/recall_all", "session/ndcg_any", "turn/recall_all", "turn/ndcg_any")
+
+
+def headline(run: SuiteRun) -> dict[str, dict[str, float]]:
+    """Strategy -> its headline figures: recall_all and ndcg_any (LongMemEval's headline metrics) at session
+    and turn level at the suite's headline k, and the mean context tokens; ``{}`` for a strategy not run."""
+    k = headline_k(run.suite.ks)
+    keys = (*(f"{m}@{k}" for m in HEADLINE_METRICS), "context_tokens")
+    metrics = run.metrics()
+    return {name: {key: round(metrics[name][key], 4) for key in keys if key in metrics[name]}
+            if name in run.results else {} for name in run.suite.strategies}
+
+
+def write_headline(runs: Sequence[SuiteRun], out_dir: str | os.PathLike) -> list[Path]:
+    """``out_dir/<suite>/<strategy>.json``: the :func:`headline` figures of each strategy of each suite.
+
+    The benchmark stage's DVC metrics: one small file per suite and strategy is one row of
+    ``dvc metrics show`` (a handful of columns), where metrics.json, every figure of every suite in one
+    file, would be one row thousands of columns wide. metrics.json stays the full table."""
+    out, written = Path(out_dir), []
+    for run in runs:
+        for strategy, figures in headline(run).items():
+            path = out / run.suite.name / f"{strategy}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_json(path, figures)
+            written.append(path)
+    return written

@@ -19,6 +19,7 @@ from pipelines.registry import StageResult, stage
 
 REPORT = "reports/benchmark.md"
 METRICS = "reports/metrics.json"
+HEADLINE = "reports/headline"  # <suite>/<strategy>.json: the DVC metrics (report.write_headline)
 QUERIES = "reports/queries.jsonl"
 PLOTS = "reports/plots"
 TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER,
@@ -60,8 +61,8 @@ def _first_suite() -> str:
 @stage(name="benchmark", group="evaluate", params=("benchmark", "synthetic", "mdr", "glong", "emma"),
        inputs=(*_suite_inputs(), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
                EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER),
-       outputs=(REPORT, METRICS, QUERIES, PLOTS),
-       metrics=(METRICS,),
+       outputs=(REPORT, METRICS, HEADLINE, QUERIES, PLOTS),
+       metrics=(HEADLINE,),
        plots=(_recall_plot(), f"{PLOTS}/{_first_suite()}/recall_at_k.png",
               f"{PLOTS}/{_first_suite()}/recall_by_session.png", f"{PLOTS}/{_first_suite()}/tokens_vs_recall.png"),
        code=("pipelines/evaluate", "pipelines/memory"))
@@ -73,10 +74,11 @@ def benchmark(ctx) -> StageResult:
 
     Memory holds only sessions earlier than the one a query is asked in. Recall@k, recall_any/all@k,
     ndcg_any@k, MRR and context tokens at turn, session and memory level, per category and per
-    session; reports/benchmark.md, reports/metrics.json and PNG plots. A strategy whose model is
-    not trained is listed as missing.
+    session; reports/benchmark.md, reports/metrics.json (every figure), reports/headline (the DVC
+    metrics: a few figures per suite and strategy) and PNG plots. A strategy whose model is not
+    trained is listed as missing.
     """
-    from pipelines.evaluate.report import evaluate_suite, write_report
+    from pipelines.evaluate.report import evaluate_suite, write_headline, write_report
     from pipelines.evaluate.suite import load_suite, strategy_defaults
 
     cfg = ctx.config["benchmark"]
@@ -93,20 +95,22 @@ def benchmark(ctx) -> StageResult:
         runs.append(evaluate_suite(suite, episodes, settings))
         if source == "synthetic" and synthetic_episodes is None:
             synthetic_episodes, split = episodes, suite.split
-    out = write_report(runs, ctx.path("reports"), profile=ctx.profile, models=_model_sizes(ctx))
-    if ctx.tracker is not None:
-        for path in out["plots"]:
-            ctx.tracker.log_artifact(path, artifact_path=f"plots/{path.parent.name}")
     sections = {}
     egocentric = {**strategy_defaults(["egocentric"], ctx.root)["egocentric"],
                   **((cfg.get("strategy_settings") or {}).get("egocentric") or {})}
-    if synthetic_episodes is not None:  # the trained methods' own sections (written once below)
+    if synthetic_episodes is not None:  # the trained methods' own sections, at the end of the report
         generation = _mdr_generation(ctx, synthetic_episodes, split)
         sections = {"mdr_generation": (generation["markdown"], _generation_metrics(generation)),
                     "glong_extractor": _extraction_section(ctx),
                     "emma": _emma_section(ctx, split, egocentric)}
-    _write_sections(ctx, out, sections)
+    # The whole report at once, each file written whole (the sections' metrics under the synthetic suite)
+    section_metrics = {"synthetic": {key: m for key, (_, m) in sections.items()}} if sections else None
+    out = write_report(runs, ctx.path("reports"), profile=ctx.profile, models=_model_sizes(ctx),
+                       sections=[md for md, _ in sections.values()], section_metrics=section_metrics)
+    write_headline(runs, ctx.path(HEADLINE))
     if ctx.tracker is not None:  # the finished report beside its plots in the MLflow run
+        for path in out["plots"]:
+            ctx.tracker.log_artifact(path, artifact_path=f"plots/{path.parent.name}")
         for rel in (REPORT, METRICS):
             ctx.tracker.log_artifact(ctx.path(rel), artifact_path="report")
     metrics = {f"{suite}/{strategy}/{name}": value for suite, per in out["metrics"].items()
@@ -188,21 +192,6 @@ def _generation_metrics(generation: dict) -> dict[str, float]:
     for num, m in generation["by_session"].items():
         mdr.update({f"generation/session_{num}/{k}": v for k, v in m.items() if k in ("bleu-1", "rouge-l")})
     return mdr
-
-
-def _write_sections(ctx, out: dict, sections: dict[str, tuple[str, dict]]) -> None:
-    """Append the sections to benchmark.md and their metrics to metrics.json (suite -> key -> metric)."""
-    import json
-
-    report = ctx.path(REPORT)
-    report.write_text(report.read_text(encoding="utf-8") + "".join("\n" + md for md, _ in sections.values()),
-                      encoding="utf-8")
-    for key, (_, metrics) in sections.items():
-        out["metrics"].setdefault("synthetic", {})[key] = metrics
-    path = ctx.path(METRICS)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out["metrics"], indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
 
 
 def _extraction_section(ctx) -> tuple[str, dict]:

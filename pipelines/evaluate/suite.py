@@ -35,8 +35,10 @@ suite keeps generation off: the benchmark stage already scores MDR's generation 
 {metric: value}}}``: the report prints the rows beside our table, labelled comparable or not.
 
 :func:`suite_episodes` loads a suite's data: the synthetic generator, a canonical JSONL file or
-folder, or a published dataset read by its loader and validated (blocking rules raise
-ValidationFailed naming the file, record and rule; nothing is benchmarked on bad data). With
+folder, or a published dataset loaded and validated exactly as ``ingest`` does
+(``pipelines.data.ingest.load_and_validate``: known quirks normalised, the loss policy of
+params.yaml ``ingest``; blocking rules raise ValidationFailed naming the file, record and rule;
+nothing is benchmarked on bad data). With
 ``corpus: main_speaker`` the other speakers' turns are removed before the protocol runs, as
 LongMemEval's official retrieval code indexes user turns only; a query's turn evidence keeps
 its main-speaker turns, and its session evidence becomes the sessions of those turns.
@@ -217,13 +219,15 @@ def load_suite(name_or_path: str | os.PathLike) -> Suite:
 
 
 def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
-                   synthetic_defaults: dict[str, Any] | None = None) -> list[Episode]:
+                   synthetic_defaults: dict[str, Any] | None = None,
+                   config: dict[str, Any] | None = None) -> list[Episode]:
     """The episodes a suite evaluates: loaded, validated, split-filtered, corpus-filtered.
 
     ``path`` (the CLI's ``--path``) wins over the suite's ``path``. For ``source: synthetic``
     without a path the generator runs with ``synthetic_defaults`` (params.yaml) under the
     suite's own knobs; with a path, the path is canonical data (a folder of ``<split>.jsonl``
-    or one ``.jsonl`` file).
+    or one ``.jsonl`` file). ``config`` (the resolved configuration) gives the ``ingest`` settings
+    a published dataset is loaded under (None: their defaults).
     """
     path = path if path is not None else suite.path
     if suite.source == "synthetic" and path is None:
@@ -239,7 +243,7 @@ def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
         if path is None:
             raise ConfigError(f"suite {suite.name!r} needs the published {suite.source} data: give --path "
                               f"(or set 'path' in the suite file).")
-        episodes = _load_published(suite.source, Path(path))
+        episodes = _load_published(suite.source, Path(path), config)
     if suite.split != "all":
         episodes = [e for e in episodes if e.split == suite.split]
     if suite.max_episodes is not None:
@@ -268,16 +272,13 @@ def _read_canonical(path: Path, split: str) -> list[Episode]:
     return [e for f in files for e in iter_episodes(f)]
 
 
-def _load_published(source: str, path: Path) -> list[Episode]:
-    """Read with the loader, validate with the ingestion rules; blocking failures raise."""
-    from pipelines.data.ingest import load_source
-    from pipelines.validate import validate
+def _load_published(source: str, path: Path, config: dict[str, Any] | None = None) -> list[Episode]:
+    """Load and validate as ``ingest`` does (quirks normalised, loss policy); blocking failures raise."""
+    from pipelines.data.ingest import load_and_validate
 
-    loaded = load_source(source, path)
-    report = validate(loaded.episodes, file=str(path), profile="misc" if source == "misc" else "generic",
-                      records=getattr(loaded, "records", None))
-    report.raise_if_blocking()
-    return list(loaded.episodes)
+    checked = load_and_validate(source, path, config=config)
+    checked.report.raise_if_blocking()
+    return list(checked.loaded.episodes)
 
 
 def main_speaker_corpus(episode: Episode) -> Episode:

@@ -21,9 +21,9 @@
   arrays, not a walk over networkx's adjacency dicts.
 
 Deletion (by triplet, entity, session, turn or speaker) cascades to every structure: the edge,
-its column-store row (zeroed), its cached vectors in the embedder, and every entity node left
-without an edge (graph node, vector-index entry, id map). :meth:`GraphMemoryBank.integrity_errors`
-checks that all structures agree.
+its column-store row (zeroed), its cached vector in the embedder (unless another live triplet has
+the same text), and every entity node left without an edge (graph node, vector-index entry, id
+map). :meth:`GraphMemoryBank.integrity_errors` checks that all structures agree.
 
 Saved as a folder: ``graph.json`` (networkx node-link data + metadata), ``entities.faiss``
 (``faiss.write_index``; ``entities.hnsw`` for HNSW), ``triplet_vectors.npy`` and
@@ -391,7 +391,7 @@ class GraphMemoryBank:
             self._unlink(vid, gone)
         orphans = [n for n in touched if self.graph.degree(n) == 0]
         self._drop_nodes(orphans)
-        self._forget_texts(texts)
+        self._forget_texts([t for t in dict.fromkeys(texts) if text_key(t) not in self._same_text])  # none held
         return removed
 
     def _drop_nodes(self, keys: Sequence[str]) -> None:

@@ -35,7 +35,8 @@ DECODER_INITS = ("teacher", "fresh")
 class MDRConfig:
     """Settings shared by the teacher, student and decoder stages (params.yaml ``mdr``)."""
 
-    model: str = "tiny"                 # GPT-2 spec of every component: a name for build_gpt2 or a local path
+    model: str | dict = "tiny"          # GPT-2 of every component: a spec name for build_gpt2 ("tiny", "gpt2"),
+                                        # a dict of GPT2Spec fields, or a pretrained name / local path
     hops: int = 3                       # K, hops of the P-Update and of the R-Update (paper: not given)
     sigma: float = 0.5                  # std of the adjusted token weights w_i (paper: 0.5); large -> plain CE
     prefix_tokens: int = 1              # prefix embeddings the projected R_TE / R^(K) becomes in the decoders

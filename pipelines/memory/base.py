@@ -9,10 +9,25 @@ strategy with the same five calls:
 - ``context(query, budget_tokens)``: the text a generator reads, at most ``budget_tokens`` tokens
   as counted by the strategy's :class:`~pipelines.memory.tokens.TokenCounter`;
 - ``forget(selector)``: remove everything a :class:`Selector` names (turn, session, memory,
-  speaker ids) from every index the strategy keeps; returns how many items went;
+  speaker ids) from every index and cache the strategy keeps; returns how many items went;
 - ``reset()``: forget everything;
 - ``prepare(episodes)`` (optional): batch pure precomputation (embeddings) before a run; it
-  never adds anything to memory.
+  never adds anything to memory;
+- ``enter(episode)``: make ``episode`` the memory's scope (``observe`` enters its episode itself).
+
+Scopes: a strategy keeps one memory per episode (the episode's user and its agents), never one per
+speaker name: every LongMemEval and RealMem episode has a speaker called "user", and one instance
+fed two of them must not answer the second's questions with the first's items. What a strategy
+holds of one episode lives in the attributes its ``_empty_scope()`` names; the base keeps one such
+set per episode and swaps it in on ``enter``. ``retrieve``, ``context``, ``forget`` and ``len``
+see the current episode only (ids are unique within an episode only); ``reset`` empties them all.
+
+"About" (:meth:`Selector.about`, the one rule every strategy's ``forget`` applies): an item is
+about speaker X when X said it or it names X as its owner, subject or entity; when it was said in,
+or made from, a session X took part in (the main speaker, the session's partner and every speaker
+of its turns): what is said to X ("Since you play the violin...") is about X; or when its text
+names X as a word, case-insensitively ("Wren's violin", not "Wrench"). An item made from turns
+(a summary, a memory, a triplet) goes with them: ``turn_ids`` reach it too.
 
 Strategies register by name with ``@register_strategy("bm25")`` and are built with
 ``build_strategy("bm25", **settings)``; ``STRATEGIES`` maps names to classes.
@@ -26,11 +41,13 @@ line each: ``[YYYY-MM-DD] speaker: text`` (date and speaker only when known).
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from datetime import datetime
+from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Callable, ClassVar, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError, ModelNotTrained
@@ -53,14 +70,39 @@ class Retrieved:
     order: int = 0                   # position in the observed history (chronological order)
 
 
+def name_key(name: str) -> str:
+    """How speaker names compare: whitespace collapsed, case-folded ("wren " == "Wren")."""
+    return " ".join(name.split()).casefold()
+
+
+@lru_cache(maxsize=1024)
+def _name_pattern(name: str) -> re.Pattern[str]:
+    words = r"\s+".join(re.escape(w) for w in name.split())
+    return re.compile(rf"(?<!\w){words}(?!\w)", re.IGNORECASE)
+
+
+def names(text: str, name: str) -> bool:
+    """Whether ``text`` names ``name`` as a word, case-insensitively: "Since Wren's violin..." names
+    Wren, "a wrench" does not (a blank name names nothing)."""
+    return bool(name.split()) and _name_pattern(name).search(text) is not None
+
+
+def session_participants(episode: Episode, session: Session) -> frozenset[str]:
+    """Who took part in ``session``: the episode's main speaker, the session's partner and every speaker
+    of its turns. Everything said in the session was said by or to each of them."""
+    return frozenset({episode.main_speaker, *((session.partner,) if session.partner else ()),
+                      *(t.speaker for t in session.turns)})
+
+
 @dataclass(frozen=True)
 class Selector:
-    """What :meth:`MemoryStrategy.forget` removes: any item matching any of the ids."""
+    """What :meth:`MemoryStrategy.forget` removes: any item matching any of the ids, any item made
+    from a selected turn, and any item about a selected speaker (:meth:`about`)."""
 
-    turn_ids: frozenset[str] = frozenset()     # turns to forget
+    turn_ids: frozenset[str] = frozenset()     # turns to forget (and what was made from them)
     session_ids: frozenset[str] = frozenset()  # whole sessions to forget
     memory_ids: frozenset[str] = frozenset()   # memories to forget
-    speakers: frozenset[str] = frozenset()     # everything said by (or about) these speakers
+    speakers: frozenset[str] = frozenset()     # everything said by, to or about these speakers
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -74,12 +116,40 @@ class Selector:
            speakers: Iterable[str] = ()) -> "Selector":
         return cls(frozenset(turns), frozenset(sessions), frozenset(memories), frozenset(speakers))
 
+    @cached_property
+    def _speaker_keys(self) -> frozenset[str]:
+        return frozenset(name_key(s) for s in self.speakers)
+
     def matches(self, *, turn_id: str | None = None, session_id: str | None = None,
-                memory_id: str | None = None, speakers: Iterable[str | None] = ()) -> bool:
+                memory_id: str | None = None, turns: Iterable[str] = (), speakers: Iterable[str | None] = (),
+                participants: Iterable[str] = (), text: str | None = None) -> bool:
+        """Whether the selector names an item: by its turn, session or memory id, by one of the turns it
+        was made from (``turns``: a summary's or a memory's session, a triplet's turn), or as an item
+        about a selected speaker (:meth:`about`)."""
         return ((turn_id is not None and turn_id in self.turn_ids)
                 or (session_id is not None and session_id in self.session_ids)
                 or (memory_id is not None and memory_id in self.memory_ids)
-                or any(s is not None and s in self.speakers for s in speakers))
+                or not self.turn_ids.isdisjoint(turns)
+                or self.about(speakers=speakers, participants=participants, text=text))
+
+    def about(self, *, speakers: Iterable[str | None] = (), participants: Iterable[str] = (),
+              text: str | None = None) -> bool:
+        """Whether an item is about one of :attr:`speakers` (the module's rule, the same for every strategy):
+
+        - ``speakers``: the names the item carries (who said it, its owner, whom it is about);
+        - ``participants``: who took part in the session it was said in or made from
+          (:func:`session_participants`): what was said to X is about X;
+        - ``text``: the item's text, about X when it names X as a word (:func:`names`).
+        """
+        if not self.speakers:
+            return False
+        if any(n is not None and name_key(n) in self._speaker_keys for n in (*speakers, *participants)):
+            return True
+        return text is not None and any(names(text, s) for s in self.speakers)
+
+    def scrub(self, names_: Iterable[str]) -> frozenset[str]:
+        """``names_`` without the selected speakers (what a record of participants keeps after a forget)."""
+        return frozenset(n for n in names_ if name_key(n) not in self._speaker_keys)
 
 
 @dataclass(frozen=True)
@@ -151,16 +221,27 @@ class MemoryStrategy(ABC):
         """The ``model_settings`` (setting -> training stage) that ``settings`` actually use."""
         return dict(cls.model_settings)
 
+    @classmethod
+    def unavailable(cls, episodes: Sequence[Episode], settings: dict) -> str | None:
+        """Why the strategy cannot run on ``episodes`` under ``settings`` (e.g. it retrieves over session
+        summaries and the data has none), or None when it can. A benchmark lists such a strategy as
+        missing with this reason instead of scoring a memory that could only stay empty. Default: None."""
+        return None
+
     def __init__(self, config: StrategyConfig | None = None, counter: TokenCounter | None = None):
         self.config = config if config is not None else self.config_class()
         if not isinstance(self.config, self.config_class):
             raise ConfigError(f"strategy {self.name!r} takes a {self.config_class.__name__}, "
                               f"got {type(self.config).__name__}.")
         self.counter = counter or DEFAULT_COUNTER
+        self.episode_id: str | None = None              # the current scope (None before any episode)
+        self._scopes: dict[str, dict[str, Any]] = {}    # episode id -> its state while another is current
+        self._scope_names: tuple[str, ...] = ()          # the attributes of the current scope's state
 
     @abstractmethod
     def observe(self, episode: Episode, session: Session) -> None:
-        """Add the finished ``session`` of ``episode`` to memory."""
+        """Add the finished ``session`` of ``episode`` to memory (in the scope of ``episode``: call
+        :meth:`enter` first)."""
 
     @abstractmethod
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
@@ -168,11 +249,49 @@ class MemoryStrategy(ABC):
 
     @abstractmethod
     def forget(self, selector: Selector) -> int:
-        """Remove every item ``selector`` names from every index; return how many were removed."""
+        """Remove every item ``selector`` names (its ids, and what is about its speakers:
+        :meth:`Selector.about`) from the current episode's memory, every index and every cache;
+        return how many were removed."""
 
-    @abstractmethod
     def reset(self) -> None:
-        """Forget everything (a fresh memory)."""
+        """Forget everything, the memory of every episode (a fresh memory)."""
+        self._scopes = {}
+        self.episode_id = None
+        self._swap_in(self._empty_scope())
+
+    # --- scopes: one memory per episode -----------------------------------------------------------
+    def _empty_scope(self) -> dict[str, Any]:
+        """What the strategy holds of one episode, empty: attribute name -> fresh value (e.g.
+        ``{"_items": [], "_sessions": set()}``). Default: nothing (a strategy that keeps nothing). A
+        strategy that keeps something calls ``self.reset()`` at the end of its ``__init__``, which
+        sets these attributes."""
+        return {}
+
+    def _swap_in(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._scope_names = tuple(state)
+
+    def _current_scope(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._scope_names}
+
+    def enter(self, episode: Episode) -> None:
+        """Make ``episode`` the scope of the memory: from now on ``retrieve``, ``context``, ``forget`` and
+        ``len`` see what was observed of ``episode`` and nothing of any other episode (whose memories are
+        kept for when it is entered again). ``observe`` enters its episode; call this before asking the
+        first queries of an episode not observed yet when one instance serves several episodes. Before the
+        first episode, what is held (a memory loaded from disk) becomes the memory of the episode entered."""
+        if episode.id == self.episode_id:
+            return
+        if self.episode_id is not None:
+            self._scopes[self.episode_id] = self._current_scope()
+            self._swap_in(self._scopes.pop(episode.id, None) or self._empty_scope())
+        self.episode_id = episode.id
+
+    def held_scopes(self) -> list[dict[str, Any]]:
+        """The state of every episode held, the current one last (e.g. to tell whether another item
+        still holds a text whose cached vector a forget would delete)."""
+        return [*self._scopes.values(), self._current_scope()]
 
     @abstractmethod
     def __len__(self) -> int:

@@ -84,10 +84,10 @@ class BM25(TurnStrategy):
 
     config_class = BM25Config
 
-    def __init__(self, config=None, counter=None):
-        super().__init__(config, counter)
-        self._docs: list[list[str]] = []  # tokens of each held turn, in store order
-        self._index: BM25Okapi | None = None
+    def _empty_scope(self) -> dict:
+        return {**super()._empty_scope(),
+                "_docs": [],        # tokens of each held turn, in store order
+                "_index": None}     # BM25Okapi over _docs, built on first query after a change
 
     def _tokens(self, text: str) -> list[str]:
         return bm25_tokens(text, self.config.remove_stopwords)
@@ -98,10 +98,6 @@ class BM25(TurnStrategy):
 
     def _on_remove(self, removed: list[TurnItem], keep: np.ndarray) -> None:
         self._docs = [d for d, k in zip(self._docs, keep) if k]
-        self._index = None
-
-    def _on_reset(self) -> None:
-        self._docs = []
         self._index = None
 
     def _scores(self, query: Query) -> np.ndarray:

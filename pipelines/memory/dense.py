@@ -13,7 +13,7 @@ encoded in one batch per observed session, or all at once by ``prepare`` before 
 is an exact inner product over the (N, D) matrix of held turns: at the hundreds to thousands of
 turns of one episode an exact dense product is faster than building an approximate index.
 ``forget`` removes the rows and, unless ``forget_cached`` is off, the forgotten texts' vectors
-from the on-disk cache.
+from the on-disk cache (a text another held turn still has, in any episode's store, keeps its vector).
 """
 
 from __future__ import annotations
@@ -74,7 +74,10 @@ class Dense(TurnStrategy):
             embedder = Embedder(load_encoder(c.model_path, c.device), c.cache_key, cache, c.batch_size,
                                 precision=c.precision, device=c.device)
         self.embedder = embedder
-        self._vectors = np.zeros((0, 0), dtype=np.float32)  # (N, D) rows in store order
+
+    def _empty_scope(self) -> dict:
+        return {**super()._empty_scope(),
+                "_vectors": np.zeros((0, 0), dtype=np.float32)}  # (N, D) rows in store order
 
     def prepare(self, episodes: Sequence[Episode]) -> None:
         """Warm the embedding cache with every turn and question of ``episodes`` in one batched call.
@@ -101,10 +104,7 @@ class Dense(TurnStrategy):
     def _on_remove(self, removed: list[TurnItem], keep: np.ndarray) -> None:
         self._vectors = self._vectors[keep]
         if self.config.forget_cached:
-            self.embedder.forget([self._text(i) for i in removed])
-
-    def _on_reset(self) -> None:
-        self._vectors = np.zeros((0, 0), dtype=np.float32)
+            self.embedder.forget({self._text(i) for i in removed} - self.held_texts(self._text))
 
     def _scores(self, query: Query) -> np.ndarray:
         q = self.embedder.embed([query.question])[0]  # (D,)

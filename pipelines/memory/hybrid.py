@@ -15,7 +15,8 @@ recency would add a recency vote as strong as a dense one. Fused ties go to the 
 rank, then to the newer turn. A ranker of weight 0 is not queried.
 
 The strategy holds one :class:`~.bm25.BM25` and one :class:`~.dense.Dense` built from its
-settings and sends observe / forget / reset / prepare to both, so they hold the same turns.
+settings and sends observe / forget / reset / prepare / enter to both, so they hold the same turns
+in the same episode scope; ``forget`` also drops the forgotten turns' cached query-matching tokens.
 """
 
 from __future__ import annotations
@@ -104,16 +105,26 @@ class Hybrid(MemoryStrategy):
     def __len__(self) -> int:
         return len(self.bm25)
 
+    def enter(self, episode: Episode) -> None:
+        super().enter(episode)
+        for r in self._rankers:
+            r.enter(episode)
+
     def observe(self, episode: Episode, session: Session) -> None:
+        self.enter(episode)
         for r in self._rankers:
             r.observe(episode, session)
 
     def forget(self, selector: Selector) -> int:
+        before = {i.order for i in self.bm25.items}
         removed = self.bm25.forget(selector)
         self.dense.forget(selector)  # the same turns: both observed the same sessions
+        for order in before - {i.order for i in self.bm25.items}:
+            self._tokens.pop(order, None)
         return removed
 
     def reset(self) -> None:
+        super().reset()
         for r in self._rankers:
             r.reset()
         self._tokens = {}

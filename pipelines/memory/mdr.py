@@ -33,8 +33,9 @@ mode), once per (directory, device) per process, and runs under ``torch.no_grad`
 Features are a pure function of the token ids, so they are cached per loaded teacher for the
 process (``cache_features``): ``prepare(episodes)`` encodes every turn and question once, and the
 fresh strategy the evaluator builds for each episode reads them from there. ``forget`` drops the
-forgotten rows and purges their features from that cache; a turn whose round used a forgotten
-turn as its Q is re-encoded alone, so nothing derived from a forgotten text is kept. ``reset``
+forgotten rows and purges their features from that cache (unless a row still held, in any episode's
+store, encodes the same ids); a turn whose round used a forgotten turn as its Q is re-encoded alone,
+so nothing derived from a forgotten text is kept. ``reset``
 empties the held rows (the cache of pure features stays for the next episode).
 """
 
@@ -165,9 +166,12 @@ class MDR(TurnStrategy):
             raise ModelNotTrained(f"strategy 'mdr': teacher = {self.config.teacher!r} does not exist",
                                   path=str(self.config.teacher), stage=STAGE)
         self._teacher: TeacherEncoder | None = None
-        self._vectors = np.zeros((0, 0), dtype=np.float32)  # (N, H) teacher features, store order
-        self._keys: list[Ids] = []                # (N,) the token ids each row encodes
-        self._context: list[str | None] = []      # (N,) turn id of the round's Q part (None: alone)
+
+    def _empty_scope(self) -> dict:
+        return {**super()._empty_scope(),
+                "_vectors": np.zeros((0, 0), dtype=np.float32),  # (N, H) teacher features, store order
+                "_keys": [],        # (N,) the token ids each row encodes
+                "_context": []}     # (N,) turn id of the round's Q part (None: alone)
 
     @property
     def teacher(self) -> TeacherEncoder:
@@ -223,12 +227,9 @@ class MDR(TurnStrategy):
             for j in stale:
                 self._keys[j], self._context[j] = self._turn_ids(None, self._items[j])
             self._vectors[stale] = self._features([self._keys[j] for j in stale])
-        for key in purge - set(self._keys):
+        held = {k for state in self.held_scopes() for k in state["_keys"]}  # every episode's rows
+        for key in purge - held:
             self.teacher.features.pop(key, None)
-
-    def _on_reset(self) -> None:
-        self._vectors = np.zeros((0, 0), dtype=np.float32)
-        self._keys, self._context = [], []
 
     def _scores(self, query: Query) -> np.ndarray:
         """cos(Q_TE(query), H_TE(i)) for every held turn i (N,), as select_history computes it."""

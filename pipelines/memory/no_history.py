@@ -16,7 +16,7 @@ class NoHistory(MemoryStrategy):
     """Remembers nothing."""
 
     def observe(self, episode: Episode, session: Session) -> None:
-        return None
+        self.enter(episode)
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
@@ -29,9 +29,6 @@ class NoHistory(MemoryStrategy):
 
     def forget(self, selector: Selector) -> int:
         return 0
-
-    def reset(self) -> None:
-        return None
 
     def __len__(self) -> int:
         return 0

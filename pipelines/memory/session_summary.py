@@ -9,20 +9,23 @@ published ones.
 
 Forgetting: a summary is derived from all of its session's turns, so it is removed when its
 session is selected, when any of its turns is selected (``turn_ids`` are resolved to their
-session at observe time), or when a selected speaker took part in the session (its partner or
-the main speaker: the summary is about their conversation).
+session at observe time), or when it is about a selected speaker by the shared rule
+(:meth:`~pipelines.memory.base.Selector.about`): the speaker took part in the session (the main
+speaker, the partner or any speaker of its turns: the summary is about their conversation), or
+the summary names them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError, DataError
 from pipelines.memory.base import (MemoryStrategy, Retrieved, Selector, StrategyConfig, check_k,
-                                   register_strategy)
+                                   register_strategy, session_participants)
 from pipelines.memory.bm25 import bm25_scores, bm25_tokens
 
 
@@ -46,7 +49,7 @@ class SessionSummaryConfig(StrategyConfig):
 class _SummaryItem:
     session_id: str
     text: str
-    speakers: tuple[str, ...]  # the session's participants (main speaker, partner)
+    participants: frozenset[str]  # who took part in the session (main speaker, partner, turn speakers)
     turn_ids: frozenset[str]
     timestamp: object
     order: int
@@ -59,24 +62,36 @@ class SessionSummary(MemoryStrategy):
     config_class = SessionSummaryConfig
     granularities = ("session",)
 
+    @classmethod
+    def unavailable(cls, episodes: Sequence[Episode], settings: dict) -> str | None:
+        """The data has no session summary (RealMem, LongMemEval): nothing would ever enter memory."""
+        sessions = [s for e in episodes for s in e.sessions]
+        if any(s.summary and s.summary.strip() for s in sessions):
+            return None
+        return (f"the data has no session summaries (none of the {len(sessions)} sessions of the "
+                f"{len(episodes)} episodes has one), and this strategy retrieves over them")
+
     def __init__(self, config=None, counter=None):
         super().__init__(config, counter)
-        self._items: list[_SummaryItem] = []
-        self._docs: list[list[str]] = []
-        self._seen: set[str] = set()
+        self.reset()
+
+    def _empty_scope(self) -> dict:
+        return {"_items": [],     # the episode's summaries (_SummaryItem), in observation order
+                "_docs": [],      # their BM25 tokens
+                "_seen": set()}   # observed session ids
 
     def __len__(self) -> int:
         return len(self._items)
 
     def observe(self, episode: Episode, session: Session) -> None:
+        self.enter(episode)
         if session.id in self._seen:
             raise DataError("session observed twice; each finished session enters memory once",
                             record=f"episode {episode.id}, session {session.id}", rule="observe_once")
         self._seen.add(session.id)
         if not session.summary or not session.summary.strip():
             return
-        speakers = tuple(s for s in (episode.main_speaker, session.partner) if s)
-        self._items.append(_SummaryItem(session.id, session.summary, speakers,
+        self._items.append(_SummaryItem(session.id, session.summary, session_participants(episode, session),
                                         frozenset(t.id for t in session.turns), session.timestamp,
                                         session.index))
         self._docs.append(bm25_tokens(session.summary, self.config.remove_stopwords))
@@ -93,13 +108,10 @@ class SessionSummary(MemoryStrategy):
                           timestamp=self._items[j].timestamp, order=self._items[j].order) for j in ranking]
 
     def forget(self, selector: Selector) -> int:
-        keep = [not (selector.matches(session_id=i.session_id, speakers=i.speakers)
-                     or bool(i.turn_ids & selector.turn_ids)) for i in self._items]
+        keep = [not selector.matches(session_id=i.session_id, turns=i.turn_ids, participants=i.participants,
+                                     text=i.text) for i in self._items]
         removed = keep.count(False)
         self._items = [i for i, k in zip(self._items, keep) if k]
         self._docs = [d for d, k in zip(self._docs, keep) if k]
         self._seen -= set(selector.session_ids)
         return removed
-
-    def reset(self) -> None:
-        self._items, self._docs, self._seen = [], [], set()

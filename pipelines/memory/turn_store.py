@@ -1,9 +1,14 @@
 """Turn-granularity memory: the store shared by strategies that index every observed turn.
 
 A subclass says how to score the held turns against a query (``_scores``) and may keep an index
-in step with the store through ``_on_add`` / ``_on_remove`` / ``_on_reset``. Ranking is by score,
-highest first; ties go to the more recent turn (a deterministic order that favours the newest
-value of a fact when nothing else separates two turns).
+in step with the store through ``_on_add`` / ``_on_remove``, its per-episode part declared in
+``_empty_scope`` (:mod:`.base`: one store per episode). Ranking is by score, highest first; ties go
+to the more recent turn (a deterministic order that favours the newest value of a fact when nothing
+else separates two turns).
+
+Forgetting applies the shared rule of :meth:`~pipelines.memory.base.Selector.about`: a turn goes
+when it was said by a selected speaker, said in a session that speaker took part in (what was said
+to them), or names them; the participants of each observed session are kept for that.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import numpy as np
 
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import DataError
-from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, check_k
+from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, check_k, session_participants
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,11 @@ class TurnStrategy(MemoryStrategy):
 
     def __init__(self, config=None, counter=None):
         super().__init__(config, counter)
-        self._items: list[TurnItem] = []
-        self._sessions: set[str] = set()
-        self._next_order = 0
+        self.reset()
+
+    def _empty_scope(self) -> dict:
+        return {"_items": [],           # the held turns of the episode, in observation order
+                "_sessions": {}}        # observed session id -> its participants
 
     def __len__(self) -> int:
         return len(self._items)
@@ -60,10 +67,11 @@ class TurnStrategy(MemoryStrategy):
         return tuple(self._items)
 
     def observe(self, episode: Episode, session: Session) -> None:
+        self.enter(episode)
         if session.id in self._sessions:
             raise DataError("session observed twice; each finished session enters memory once",
                             record=f"episode {episode.id}, session {session.id}", rule="observe_once")
-        self._sessions.add(session.id)
+        self._sessions[session.id] = session_participants(episode, session)
         new = []
         for turn in session.turns:
             new.append(TurnItem(turn.id, session.id, session.index, turn.speaker, turn.text,
@@ -73,20 +81,22 @@ class TurnStrategy(MemoryStrategy):
         self._on_add(new)
 
     def forget(self, selector: Selector) -> int:
-        keep = [not selector.matches(turn_id=i.turn_id, session_id=i.session_id, speakers=(i.speaker,))
+        keep = [not selector.matches(turn_id=i.turn_id, session_id=i.session_id, speakers=(i.speaker,),
+                                     participants=self._sessions.get(i.session_id, ()), text=i.text)
                 for i in self._items]
         removed = [i for i, k in zip(self._items, keep) if not k]
         if removed:
             self._items = [i for i, k in zip(self._items, keep) if k]
             self._on_remove(removed, np.asarray(keep, dtype=bool))
-        self._sessions -= set(selector.session_ids)
+        for sid in selector.session_ids:
+            self._sessions.pop(sid, None)
+        if selector.speakers:  # their names leave the record of who took part, as everything said to them did
+            self._sessions = {sid: selector.scrub(names) for sid, names in self._sessions.items()}
         return len(removed)
 
     def reset(self) -> None:
-        self._items = []
-        self._sessions = set()
-        self._next_order = 0
-        self._on_reset()
+        super().reset()
+        self._next_order = 0  # over every episode: an item's order is unique in the strategy
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
@@ -108,5 +118,7 @@ class TurnStrategy(MemoryStrategy):
     def _on_remove(self, removed: list[TurnItem], keep: np.ndarray) -> None:
         """``removed`` left the store; ``keep`` (N_before,) is the mask of the rows that stayed."""
 
-    def _on_reset(self) -> None:
-        """The store was emptied."""
+    def held_texts(self, text_of) -> set[str]:
+        """``text_of(item)`` of every turn still held, in every episode's store (a cached vector of a
+        forgotten text is deleted only when no held turn has the same text)."""
+        return {text_of(i) for state in self.held_scopes() for i in state["_items"]}

@@ -6,7 +6,8 @@ Layout of ``<output_dir>/checkpoints/``::
         model.safetensors     weights (accelerate.save_state, safe_serialization=True)
         optimizer.bin         AdamW moments; random_states_<rank>.pkl: RNG of every rank
         pytorch_model/        DeepSpeed only: its own (sharded) model + optimizer state
-        trainer_state.json    step, epoch, batches consumed, loss history, early-stopping state
+        trainer_state.json    step, epoch, batches consumed, loss history, early-stopping state,
+                              the MLflow run id of the session (a resumed session continues that run)
     .tmp-step-50/             a save in progress: never picked up, removed at the next start
 
 A checkpoint is written into ``.tmp-step-<n>`` by every rank (accelerate needs all ranks
@@ -60,6 +61,7 @@ class TrainerState:
     bad_evals: int = 0                     # validation passes since the last improvement
     stopped_early: bool = False
     finished: bool = False                 # the loop ended (max steps, epochs or early stopping)
+    mlflow_run_id: str | None = None       # the MLflow run of the session: a resumed session continues it
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

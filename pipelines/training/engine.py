@@ -25,6 +25,16 @@ early-stopping state); ``train`` resumes from the newest complete one, so a run 
 by SIGKILL and restarted reproduces the loss curve of an uninterrupted run. (ZeRO-3 draws
 from the RNG itself, so its dropout masks differ from DDP's; without dropout they agree.)
 
+MLflow across a resume: a checkpoint records the MLflow run of its session, and a resumed session
+continues that run (``Tracker.continue_run``: same run id, status back to RUNNING, tag
+``mnemos.resumed_at_step``) rather than opening a new one. The killed session may have logged steps
+after its last checkpoint; the resumed session computes them again and the tracker drops each metric's
+points at steps the run already holds. So each metric's history has every step once, live as the run
+goes: the values of those few steps are the killed session's, which the resume reproduces (the resume
+test checks the whole curve). Buffering the metrics until each checkpoint would keep MLflow behind the
+last checkpoint by construction, but leave the charts up to ``save_every`` steps behind the run (500 in
+the paper profile); MLflow has no call to delete logged points, so the tail cannot be cut instead.
+
 Speed on a GPU: bf16 autocast, fused AdamW, the training step compiled (``compile: auto``),
 no host synchronisation inside a step (token counts stay on the device, pinned batches are
 copied without blocking; the device is synchronised only when a window of ``log_every`` steps
@@ -295,12 +305,22 @@ def _unwrapped_for_saving(accelerator, model, task: TrainTask, zero3: bool):
     return accelerator.unwrap_model(model, keep_fp32_wrapper=False, keep_torch_compile=False)
 
 
+def _open_tracked_run(tracker, latest: Path | None) -> str:
+    """Open ``tracker``'s MLflow run: the run of the session that wrote checkpoint ``latest`` when that
+    session recorded one (a resume continues it), else a new run. Returns the run id."""
+    earlier = read_state(latest) if latest is not None else None
+    if earlier is not None and earlier.mlflow_run_id:
+        tracker.continue_run(earlier.mlflow_run_id, at_step=earlier.step)
+    return tracker.run_id
+
+
 def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = True,
           callback: Callable[[int, dict[str, float]], None] | None = None) -> TrainSummary:
     """Train ``task`` under ``config``, resuming from the newest checkpoint in ``config.output_dir``.
 
     ``tracker`` (pipelines.tracking.Tracker or a double; used on rank 0 only) receives
-    per-step metrics, the model card and the final model's registration; ``callback(step,
+    per-step metrics, the model card and the final model's registration, and continues the MLflow
+    run of the session a resume continues (module docstring); ``callback(step,
     metrics)`` (rank 0) sees the same metrics, e.g. to forward them through Dagster Pipes.
     """
     from accelerate.utils import set_seed
@@ -334,6 +354,8 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     if main:
         out.mkdir(parents=True, exist_ok=True)
         remove_partial(root)
+        if tracker is not None:
+            _open_tracked_run(tracker, latest_checkpoint(root))
     accelerator.wait_for_everyone()
     train_ds, valid_ds = task.train_dataset(), task.valid_dataset()
     n_train = dataset_length(train_ds, "training")
@@ -381,6 +403,8 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
         if main:
             prune_checkpoints(root, config.keep_checkpoints, protect=state.best_step if config.restore_best else None)
 
+    if tracker is not None:
+        state.mlflow_run_id = tracker.run_id  # what a later resume continues
     watch = _Stopwatch(device)
     tokens_session = 0
 

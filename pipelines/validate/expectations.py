@@ -10,10 +10,15 @@ Texts are "non-empty" when they contain a non-whitespace character (regex ``\\S`
 >= 1 after stripping). Ids are unique per episode through compound-column uniqueness over
 ``(episode_pos, id)``; GX counts every row of a duplicated pair, so two turns sharing an id count
 as 2.
+
+great-expectations logs about 200 INFO lines on every run (its own import and context set-up):
+its logger is set to WARNING unless debug logging is on (``python -m pipelines -v``) or the logger
+was configured by the caller.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -44,8 +49,28 @@ class ExpectationRule:
             raise ValueError(f"expectation for undeclared rule {self.rule!r}")
 
 
+def _quiet_gx() -> None:
+    """Keep great-expectations' INFO chatter out of the output unless debug logging is on.
+
+    Called before its import (the import logs) and after it: some of its modules set their own
+    logger to INFO when imported.
+    """
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        return
+    top = logging.getLogger("great_expectations")
+    if top.level == logging.NOTSET:
+        top.setLevel(logging.WARNING)
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name.startswith("great_expectations.") and isinstance(logger, logging.Logger)
+                and logging.NOTSET < logger.level < logging.WARNING):
+            logger.setLevel(logging.WARNING)
+
+
 def _gxe():
+    _quiet_gx()
     import great_expectations.expectations as gxe  # imported on first use (about 2 s)
+
+    _quiet_gx()
 
     return gxe
 
@@ -133,8 +158,11 @@ def run_expectations(tables: Mapping[str, pd.DataFrame]) -> dict[str, Expectatio
 
     Returns rule name -> ExpectationResult for every rule of :data:`EXPECTATION_RULES`.
     """
+    _quiet_gx()
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    _quiet_gx()
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)

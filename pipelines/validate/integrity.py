@@ -5,7 +5,10 @@ that joins two tables (evidence -> turns/sessions/memories, memory tags -> memor
 memories, queries -> sessions) or follows time order within an episode lives here. Rows are
 grouped by ``episode_pos`` (the episode's position in the input), so a duplicated episode id
 never mixes the records of two episodes. "Earlier" means an earlier position in the episode's
-session list (its time order); ``Session.index`` itself is checked by ``session_order``.
+session list (its time order); ``Session.index`` itself is checked by ``session_order``. In a
+source whose time order is its file order (``rules.FILE_ORDER_SOURCES``: RealMem) a timestamp
+going back is not a broken order, so ``timestamps_non_decreasing`` skips its episodes and the
+warning ``file_order_timestamps`` reports them instead.
 Rule names, descriptions and blocking flags are declared in ``pipelines.validate.rules.RULES``.
 """
 
@@ -13,8 +16,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pipelines.validate.rules import (SHORT_UTTERANCE_CHARS, Check, Failure, Tables, check, ids, utc,
-                                      written_in)
+from pipelines.validate.rules import (FILE_ORDER_SOURCES, SHORT_UTTERANCE_CHARS, Check, Failure, Tables, check,
+                                      ids, utc, written_in)
 
 
 # --- integrity ----------------------------------------------------------------------------------
@@ -51,11 +54,18 @@ def session_order(t: Tables) -> list[Failure]:
     return out
 
 
-@check("timestamps_non_decreasing")
+def _file_order(t: Tables) -> set[int]:
+    """Positions of the episodes whose source keeps its sessions in file order (FILE_ORDER_SOURCES)."""
+    episodes = t["episodes"]
+    return set(episodes.loc[episodes["source"].isin(FILE_ORDER_SOURCES), "episode_pos"])
+
+
+@check("timestamps_non_decreasing", applies=lambda t: len(_file_order(t)) < len(t["episodes"]))
 def timestamps_non_decreasing(t: Tables) -> list[Failure]:
     out, latest = [], {}  # episode_pos -> (session id, latest timestamp so far)
+    skip = _file_order(t)  # their time order is the file order: file_order_timestamps warns
     for r in t["sessions"].itertuples():
-        if not isinstance(r.timestamp, datetime):
+        if not isinstance(r.timestamp, datetime) or r.episode_pos in skip:
             continue
         prev = latest.get(r.episode_pos)
         if prev is not None and utc(r.timestamp) < utc(prev[1]):
@@ -167,3 +177,20 @@ def short_turns(t: Tables, min_chars: int) -> list[Failure]:
 @check("short_utterances")
 def short_utterances(t: Tables) -> list[Failure]:
     return short_turns(t, SHORT_UTTERANCE_CHARS)
+
+
+@check("file_order_timestamps", applies=lambda t: bool(_file_order(t)))
+def file_order_timestamps(t: Tables) -> list[Failure]:
+    """Consecutive sessions (in file order) whose time goes back, in the file-order sources."""
+    out, previous = [], {}  # episode_pos -> (session id, timestamp) of the previous dated session
+    keep = _file_order(t)
+    for r in t["sessions"].itertuples():
+        if not isinstance(r.timestamp, datetime) or r.episode_pos not in keep:
+            continue
+        prev = previous.get(r.episode_pos)
+        if prev is not None and utc(r.timestamp) < utc(prev[1]):
+            out.append(Failure(r.record, f"session {r.session_id!r} at {r.timestamp.isoformat()} is earlier "
+                                         f"than the session before it in the file, {prev[0]!r} at "
+                                         f"{prev[1].isoformat()} (kept in file order)"))
+        previous[r.episode_pos] = (r.session_id, r.timestamp)
+    return out

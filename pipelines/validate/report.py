@@ -1,9 +1,11 @@
 """The validation report: outcomes of every rule, raise-on-blocking, HTML and JSON renderings.
 
 A :class:`ValidationReport` holds one :class:`pipelines.registry.CheckOutcome` per rule of
-``pipelines.validate.RULES`` (in that order), the dataset counts (rows per canonical table) and
-the time the validation took. ``write_report`` writes a self-contained HTML page (inline CSS, no
-script, readable in any browser) and a JSON document with the same content.
+``pipelines.validate.RULES`` (in that order), the dataset counts (rows per canonical table), what
+the loader normalised or left out on the way (drop and flag reasons with counts and their first
+examples: the "Normalised on load" section) and the time the validation took. ``write_report``
+writes a self-contained HTML page (inline CSS, no script, readable in any browser) and a JSON
+document with the same content.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class ValidationReport:
     outcomes: list[CheckOutcome]               # one per rule of RULES, in RULES order
     counts: dict[str, int] = field(default_factory=dict)  # rows per canonical table
     duration_s: float = 0.0                    # wall time of the validate() call
+    # what the loader dropped / flagged: {"dropped": {reason: n}, "flagged": {reason: n},
+    # "lost": {kind: n}, "examples": {reason: [first examples]}} (empty: not given)
+    load: dict[str, Any] = field(default_factory=dict)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     @property
@@ -87,6 +92,7 @@ class ValidationReport:
             "blocking_failures": [o.name for o in self.blocking_failures()],
             "warnings": [o.name for o in self.warnings()],
             "counts": dict(self.counts),
+            "load": dict(self.load),
             "rules": [asdict(o) for o in self.outcomes],
         }
 
@@ -127,6 +133,23 @@ _HTML = """<!DOCTYPE html>
  {% for name, n in r.counts.items() %}<tr><td>{{ name }}</td><td class="num">{{ n }}</td></tr>
  {% endfor %}
 </table>
+{% if r.load %}
+<h2>Normalised on load</h2>
+{% if r.load.dropped or r.load.flagged %}
+<p>What the loader left out (dropped) or kept and reported (flagged), by reason, with the first records.</p>
+<table id="normalised-on-load">
+ <tr><th>reason</th><th>action</th><th>count</th><th>first examples</th></tr>
+ {% for action, reasons in (('dropped', r.load.dropped), ('flagged', r.load.flagged)) %}
+ {% for reason, n in reasons.items() %}
+ <tr><td><code>{{ reason }}</code></td><td>{{ action }}</td><td class="num">{{ n }}</td>
+  <td><ul class="examples">{% for ex in r.load.examples.get(reason, []) %}<li>{{ ex }}</li>{% endfor %}</ul></td></tr>
+ {% endfor %}
+ {% endfor %}
+</table>
+{% else %}
+<p>The loader left nothing out and flagged nothing.</p>
+{% endif %}
+{% endif %}
 <h2>Rules</h2>
 <table>
  <tr><th>rule</th><th>family</th><th>status</th><th>blocking</th><th>failing</th><th>description</th>

@@ -4,16 +4,22 @@ METHODS.md section 1: a failed rule stops the downstream stages and produces a r
 (which rule, which records, how many). Every rule has a stable snake_case name, a one-sentence
 description, a ``blocking`` flag, a family and a ``unit`` (what its failure count counts):
 
+- ``load`` (blocking): the loss policy over what the loader left out (``pipelines.validate.load``):
+  a load that lost every record of a kind (every turn, every query, ...), held no episode or no
+  turn, kept no query from a source that publishes questions (:data:`QUESTION_SOURCES`), or
+  dropped more than ``ingest.max_dropped_turn_share`` of its turns is broken input, however
+  clean the rest looks.
 - ``schema`` (blocking): per-table expectations run by great-expectations
   (``pipelines.validate.expectations``): ids unique, texts non-blank, split in the set, ...
 - ``integrity`` (blocking): cross-table rules in pandas (``pipelines.validate.integrity``;
   great-expectations has no foreign-key check): every evidence / tag / link / query-session id
   resolves in its episode, tags and links never point forward in time, session indices
-  increase, timestamps never go back, memories name the session that lists them, no episode id
-  in two splits, the main speaker is a listed speaker.
+  increase, timestamps never go back (except in the sources of :data:`FILE_ORDER_SOURCES`),
+  memories name the session that lists them, no episode id in two splits, the main speaker is a
+  listed speaker.
 - ``quality`` (warnings, never blocking): soft signals that leave the data usable: very short
   utterances outside MiSC, a missing query category in a source that has categories, memory
-  importance outside [0, 1].
+  importance outside [0, 1], a time going backwards in a source kept in file order.
 - ``misc`` (blocking, profile "misc" only): the post-filters of MiSC, arXiv 2410.02503
   Appendix D (``pipelines.validate.misc``), with the thresholds below.
 
@@ -40,7 +46,7 @@ import pandas as pd
 
 from pipelines.registry import CheckSpec
 
-Family = Literal["schema", "integrity", "quality", "misc"]
+Family = Literal["load", "schema", "integrity", "quality", "misc"]
 Profile = Literal["generic", "misc"]
 PROFILES: tuple[str, ...] = ("generic", "misc")
 
@@ -53,6 +59,14 @@ MISC_MIN_MEMORIES_PER_SESSION = 1  # a session without any memory counts as miss
 # outside MiSC, utterances this short are reported as a warning only
 SHORT_UTTERANCE_CHARS = MISC_MIN_UTTERANCE_CHARS
 IMPORTANCE_RANGE = (0.0, 1.0)    # G-Long normalises importance into (0, 1]
+MAX_DROPPED_TURN_SHARE = 0.05    # default of params.yaml ingest.max_dropped_turn_share (the loss policy)
+# Sources whose time order is their file order: their own evaluation walks the sessions as listed
+# (RealMem's eval/ never sorts by current_time, which goes backwards in three of its ten personas).
+# Session.index follows the file; a timestamp going back is a warning there, not a blocking failure.
+FILE_ORDER_SOURCES: tuple[str, ...] = ("realmem",)
+# Sources that publish questions (the benchmark datasets): a load of one that keeps no query is broken input
+# (e.g. a renamed ``qa`` key), whereas dialogue-only sources (ConvAI2, MSC, CC, MiSC, PersonaExt) have none.
+QUESTION_SOURCES: tuple[str, ...] = ("locomo", "longmemeval", "realmem")
 
 
 @dataclass(frozen=True)
@@ -62,14 +76,14 @@ class Rule:
     name: str                      # stable snake_case name, the asset-check name
     description: str               # one sentence: what must hold
     blocking: bool                 # a failure stops everything downstream
-    family: Family                 # schema (GX) | integrity | quality | misc
+    family: Family                 # load | schema (GX) | integrity | quality | misc
     unit: str                      # what the failure count counts, e.g. "turns"
     profiles: tuple[str, ...] = PROFILES  # profiles in which the rule is applied
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or self.name != self.name.lower():
             raise ValueError(f"rule name {self.name!r} must be snake_case")
-        if self.family in ("schema", "integrity", "misc") and not self.blocking:
+        if self.family in ("load", "schema", "integrity", "misc") and not self.blocking:
             raise ValueError(f"rule {self.name!r}: {self.family} rules are blocking")
         if self.family == "quality" and self.blocking:
             raise ValueError(f"rule {self.name!r}: quality rules are warnings, not blocking")
@@ -91,6 +105,11 @@ def _rules(*rules: Rule) -> dict[str, Rule]:
 
 _MISC = ("misc",)
 RULES: dict[str, Rule] = _rules(
+    # load: what the loader left out (pipelines.validate.load)
+    Rule("load_loss_within_limit", "Loading kept at least one episode and one turn (and one query from a source "
+         f"that publishes questions: {', '.join(QUESTION_SOURCES)}), lost no whole kind of record it read (every "
+         "turn, every query, every session, ...), and left out at most ingest.max_dropped_turn_share of the turns "
+         f"(default {MAX_DROPPED_TURN_SHARE:.0%}).", True, "load", "losses"),
     # schema: great-expectations suites over the tables
     Rule("episode_ids_unique", "Episode ids are unique within each split.", True, "schema", "episodes"),
     Rule("split_in_set", "Every episode's split is one of train, valid, test.", True, "schema", "episodes"),
@@ -110,7 +129,9 @@ RULES: dict[str, Rule] = _rules(
     Rule("session_order", "Session indices strictly increase in the order the sessions are listed.",
          True, "integrity", "sessions"),
     Rule("timestamps_non_decreasing", "Session timestamps never go back in time within an episode "
-         "(sessions without a timestamp are skipped; naive times are read as UTC).", True, "integrity", "sessions"),
+         "(sessions without a timestamp are skipped, naive times are read as UTC, and a source whose time order is "
+         f"its file order, {', '.join(FILE_ORDER_SOURCES)}, is left to the warning file_order_timestamps).",
+         True, "integrity", "sessions"),
     Rule("memory_session_matches", "A memory's session_id is the id of the session that lists it.",
          True, "integrity", "memories"),
     Rule("memory_tags_resolve", "Every memory tag of a turn is the id of a memory of the same episode.",
@@ -137,6 +158,10 @@ RULES: dict[str, Rule] = _rules(
          False, "quality", "queries"),
     Rule("memory_importance_in_range", "Memory importance, where given, lies in [0, 1].", False, "quality",
          "memories"),
+    Rule("file_order_timestamps", "In a source whose time order is its file order "
+         f"({', '.join(FILE_ORDER_SOURCES)}: its own evaluation walks the sessions as listed), a session's "
+         "timestamp is not earlier than the previous session's; a warning only: the sessions keep the file order, "
+         "so 'earlier' in the temporal protocol means earlier in the file.", False, "quality", "sessions"),
     # misc: MiSC Appendix D filters
     Rule("misc_four_speakers", f"A MiSC scenario names {MISC_SPEAKERS} speakers: the main speaker and "
          f"{MISC_PARTNERS} partners.", True, "misc", "episodes", _MISC),
@@ -167,15 +192,22 @@ class Failure:
 Tables = Mapping[str, pd.DataFrame]
 Check = Callable[[Tables], list[Failure]]
 CHECKS: dict[str, Check] = {}  # plain-Python rules: name -> check over the tables
+APPLIES: dict[str, Callable[[Tables], bool]] = {}  # name -> does the rule apply to these tables (default: yes)
 
 
-def check(name: str) -> Callable[[Check], Check]:
-    """Register ``fn(tables) -> list[Failure]`` as the implementation of rule ``name``."""
+def check(name: str, applies: Callable[[Tables], bool] | None = None) -> Callable[[Check], Check]:
+    """Register ``fn(tables) -> list[Failure]`` as the implementation of rule ``name``.
+
+    ``applies(tables)`` False makes the rule pass with ``metadata["applied"] = False`` (e.g. a rule
+    about sources that are not in the data).
+    """
 
     def wrap(fn: Check) -> Check:
         if name not in RULES:
             raise ValueError(f"check {name!r} implements no declared rule")
         CHECKS[name] = fn
+        if applies is not None:
+            APPLIES[name] = applies
         return fn
 
     return wrap

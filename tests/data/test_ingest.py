@@ -1,4 +1,5 @@
-"""pipelines/data/ingest.py: load a source, write canonical splits and counts, all or nothing."""
+"""pipelines/data/ingest.py: load a source, validate it (loss policy included), write canonical splits and
+counts, all or nothing."""
 
 from __future__ import annotations
 
@@ -8,16 +9,30 @@ from pathlib import Path
 import pytest
 
 from pipelines.data import ingest as ingest_mod
-from pipelines.data.ingest import COUNTS_FILE, ingest, load_source, main, write_canonical
+from pipelines.data.ingest import COUNTS_FILE, ingest, load_and_validate, load_source, main, write_canonical
 from pipelines.data.schema import read_episodes
-from pipelines.errors import ConfigError, DataError
+from pipelines.errors import ConfigError, DataError, ValidationFailed
 
 FIXTURES = Path(__file__).parent / "loaders" / "fixtures"
 LOCOMO = FIXTURES / "locomo10_fixture.json"
-EXPECTED_LOCOMO = {"episodes": 2, "sessions": 3, "turns": 7, "memories": 5, "queries": 6, "triplets": 0,
-                   "dropped": {"bad_qa": 1, "bad_turn": 1, "date_without_session": 1, "malformed_evidence": 1,
-                               "unparsed_date": 1, "unresolved_evidence": 1},
-                   "flagged": {"qa_without_evidence": 1}, "splits": {"test": 2}}
+REASONS = {"bad_qa": 1, "bad_turn": 1, "date_without_session": 1, "malformed_evidence": 1, "unparsed_date": 1,
+           "unresolved_evidence": 1}
+EXPECTED_LOCOMO = {"episodes": 2, "sessions": 3, "turns": 21, "memories": 5, "queries": 6, "triplets": 0,
+                   "dropped": REASONS, "flagged": {"qa_without_evidence": 1},
+                   # the first example of every drop and flag reason, naming the record (ids) and why
+                   "examples": {
+                       "bad_qa": [f"file {LOCOMO}, record item 0 (conv-1) qa[6], field 'question': missing required "
+                                  "field"],
+                       "bad_turn": [f"file {LOCOMO}, record item 0 (conv-1) session_3 turn 2, field 'text': missing "
+                                    "required field"],
+                       "date_without_session": [f"{LOCOMO} item 0 (conv-1): 'session_2_date_time' has no session_2"],
+                       "malformed_evidence": [f"{LOCOMO} item 0 (conv-1) qa[3]: evidence 'D'"],
+                       "qa_without_evidence": [f"{LOCOMO} item 0 (conv-1) qa[5]: question 'Would Ana enjoy "
+                                               "mountains?'"],
+                       "unparsed_date": [f"{LOCOMO} item 1 (conv-2) session_1: session_1_date_time = 'sometime in "
+                                         "spring'"],
+                       "unresolved_evidence": [f"{LOCOMO} item 0 (conv-1) qa[3]: D9:9 names no turn"]},
+                   "warnings": {"short_utterances": 1}, "splits": {"test": 2}}
 
 
 def test_ingest_writes_splits_and_counts(tmp_path):
@@ -32,9 +47,82 @@ def test_ingest_writes_splits_and_counts(tmp_path):
     assert [p.name for p in tmp_path.joinpath("canonical").iterdir()] == ["locomo"]  # no temp left
 
 
+def _renamed_text(tmp_path: Path) -> Path:
+    """The LoCoMo fixture with every turn's ``text`` renamed (the issue's case: exit 0 with 0 turns before)."""
+    data = json.loads(LOCOMO.read_text())
+    for conversation in data:
+        for key, turns in conversation["conversation"].items():
+            if key.startswith("session_") and isinstance(turns, list):
+                for turn in turns:
+                    turn["txt"] = turn.pop("text", "")
+    path = tmp_path / "locomo10.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_load_that_lost_every_turn_fails_and_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(ValidationFailed, match="every one of the 22 turns read was left out: bad_turn: 22") as info:
+        ingest("locomo", _renamed_text(tmp_path), out, report=True)
+    assert info.value.rule == "load_loss_within_limit" and "field 'text': missing required field" in str(info.value)
+    assert not out.exists()
+    report = json.loads((tmp_path / "out.validation.json").read_text())  # the report says why, all the same
+    assert report["passed"] is False and report["blocking_failures"] == ["load_loss_within_limit"]
+    assert report["load"]["dropped"]["bad_turn"] == 22 and report["load"]["lost"]["turns"] == 22
+
+
+def test_a_file_without_episodes_fails(tmp_path):
+    empty = tmp_path / "locomo10.json"
+    empty.write_text("[]")
+    with pytest.raises(ValidationFailed, match="no episode was loaded"):
+        ingest("locomo", empty, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_load_that_lost_every_query_fails(tmp_path):
+    data = json.loads(LOCOMO.read_text())
+    for conversation in data:
+        for qa in conversation["qa"]:
+            qa.pop("question", None)
+    path = tmp_path / "locomo10.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValidationFailed, match="every one of the 7 queries read was left out: bad_qa: 7"):
+        ingest("locomo", path, tmp_path / "out")
+
+
+def test_a_question_source_that_loads_no_query_fails(tmp_path):
+    """A renamed ``qa`` key drops nothing (the loader reads qa as optional): LoCoMo publishes questions."""
+    data = json.loads(LOCOMO.read_text())
+    for conversation in data:
+        conversation["questions"] = conversation.pop("qa")
+    path = tmp_path / "locomo10.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValidationFailed, match="no query was loaded, but locomo publishes questions"):
+        ingest("locomo", path, tmp_path / "out")
+
+
+def test_dropped_turn_share_is_configurable(tmp_path):
+    """1 turn of 22 dropped (4.5%): passes the default 5%, fails a 1% limit, passes again at 10%."""
+    assert load_and_validate("locomo", LOCOMO).report.passed
+    strict = load_and_validate("locomo", LOCOMO, config={"ingest": {"max_dropped_turn_share": 0.01}}).report
+    loss = strict.outcome("load_loss_within_limit")
+    assert not strict.passed and loss.count == 1
+    assert loss.metadata["messages"] == [
+        "1 of the 22 turns read (4.5%) were left out, more than ingest.max_dropped_turn_share = 0.01: bad_turn: 1 "
+        f"(first: file {LOCOMO}, record item 0 (conv-1) session_3 turn 2, field 'text': missing required field)"]
+    with pytest.raises(ConfigError, match=r"ingest.max_dropped_turn_share must lie in \[0, 1\]"):
+        load_and_validate("locomo", LOCOMO, config={"ingest": {"max_dropped_turn_share": 5}})
+
+
+def test_sources_without_queries_are_not_a_loss(tmp_path):
+    """ConvAI2 has no questions at all: nothing of that kind was read, so nothing was lost."""
+    counts = ingest("convai2", FIXTURES / "convai2", tmp_path / "out")
+    assert counts["queries"] == 0 and counts["dropped"]["silence_placeholder"] == 1
+
+
 def test_splits_from_file_names(tmp_path):
     counts = ingest("convai2", FIXTURES / "convai2", tmp_path / "out")
-    assert counts["splits"] == {"train": 1, "valid": 2}
+    assert counts["splits"] == {"train": 1, "valid": 3}
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [COUNTS_FILE, "train.jsonl", "valid.jsonl"]
 
 

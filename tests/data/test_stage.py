@@ -38,12 +38,20 @@ def test_configured_source_becomes_a_validated_ingestion_stage(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["episodes"] >= 1 and summary["queries"] >= 1
+    # what was dropped, with the first record of each reason, and the warnings (the stage's metadata)
+    assert summary["dropped"]["bad_turn"] == 1 and summary["warnings"] == {"short_utterances": 1}
+    assert summary["examples"]["bad_turn"] == [
+        f"file {tmp_path / 'locomo10.json'}, record item 0 (conv-1) session_3 turn 2, field 'text': missing required "
+        "field"]
     assert (tmp_path / "data/canonical/locomo/test.jsonl").exists()
     report = json.loads((tmp_path / "reports/validation/locomo.json").read_text())
     assert report["passed"] is True and {r["name"] for r in report["rules"]} >= {"episode_ids_unique"}
+    assert report["load"]["dropped"]["bad_turn"] == 1
+    assert "<h2>Normalised on load</h2>" in (tmp_path / "reports/validation/locomo.html").read_text()
 
 
 def test_ingest_cli_prints_counts_as_last_line(tmp_path):
+    shutil.copy(CODE_ROOT / "params.yaml", tmp_path / "params.yaml")  # ingest reads params.yaml ingest
     proc = run(tmp_path, "ingest", "--source", "locomo", "--path", str(FIXTURE), "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])

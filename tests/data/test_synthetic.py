@@ -364,6 +364,11 @@ def test_a_thousand_session_episode_generates():
     (dict(first_query_session=1), "earlier sessions"),
     (dict(min_gap_hours=48.0, max_gap_days=1.0), "min_gap_hours"),
     (dict(id_prefix="a:b"), "id_prefix"),
+    (dict(episodes=-3), "episodes must be at least 1, got -3"),
+    (dict(distractor_density="0.3"), "distractor_density must be a finite number, got '0.3'"),
+    (dict(min_gap_hours=None), "min_gap_hours must be a finite number, got None"),
+    (dict(recall_rate=float("inf")), "recall_rate must be a finite number"),
+    (dict(id_prefix=7), "id_prefix must be a string, got 7"),
 ])
 def test_bad_config_raises_a_config_error(knobs, message):
     with pytest.raises(ConfigError, match=message):

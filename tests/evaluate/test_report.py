@@ -72,7 +72,8 @@ def test_plots_and_dvc_csv(report):
 def test_missing_model_is_listed_not_dropped(episode, tmp_path):
     out = run_benchmark([episode], ["bm25", "mdr"], ks=(1,), out_dir=tmp_path,
                         strategy_settings={"mdr": {"teacher": str(tmp_path / "no-teacher")}}, show_progress=False)
-    assert list(out["metrics"]["synthetic"]) == ["bm25"]
+    assert list(out["metrics"]["synthetic"]) == ["bm25", "mdr"]
+    assert out["metrics"]["synthetic"]["mdr"] == {"missing": out["missing"]["synthetic"]["mdr"]}  # never zeros
     assert "run stage 'mdr_teacher' first" in out["missing"]["synthetic"]["mdr"]
     md = (tmp_path / "benchmark.md").read_text()
     assert "(missing: mdr)" in md and "| mdr | missing: strategy 'mdr'" in md
@@ -132,3 +133,25 @@ def test_an_oracle_is_labelled_explained_and_never_bold(episode, tmp_path, monke
             "the dataset's own (gold) memories and links") in md
     assert "### memory granularity" in md             # scored at memory level (the dataset's memory ids)
     assert "egocentric_gold" in json.loads((tmp_path / "metrics.json").read_text())["synthetic"]
+
+
+def test_sections_are_composed_into_the_report_and_every_file_is_written_whole(episode, tmp_path):
+    """The benchmark stage's MDR / G-Long / EMMA sections go into the one write of benchmark.md and
+    metrics.json (they were appended by reading the report back); no temporary file is left."""
+    from pipelines.evaluate.report import evaluate_suite, write_report
+    from pipelines.evaluate.suite import Suite
+
+    suite = Suite(name="synthetic", version=1, source="canonical", strategies=("bm25",), ks=(1, 3),
+                  budget_tokens=100)
+    run = evaluate_suite(suite, [episode], show_progress=False)
+    out_dir = tmp_path / "reports"
+    for _ in range(2):  # a second run over the first one's files replaces them
+        out = write_report([run], out_dir, sections=["## EMMA\n\nresponses\n", "## Extra\n"],
+                           section_metrics={"synthetic": {"emma": {"generation/bleu-1": 3.0}}})
+    md = (out_dir / "benchmark.md").read_text(encoding="utf-8")
+    assert md.count("## EMMA") == 1 and md.endswith("\n## EMMA\n\nresponses\n\n## Extra\n")
+    assert md.index("## Suite `synthetic`") < md.index("## EMMA")
+    metrics = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics == out["metrics"] and list(metrics["synthetic"]) == ["bm25", "emma"]
+    assert metrics["synthetic"]["emma"] == {"generation/bleu-1": 3.0}
+    assert not [p for p in out_dir.rglob("*") if p.name.endswith(".tmp")]

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipelines.errors import ConfigError
-from pipelines.evaluate.report import evaluate_suite, write_report
+from pipelines.errors import ConfigError, NothingToScore
+from pipelines.evaluate.protocol import ProtocolConfig, run_protocol
+from pipelines.evaluate.report import SuiteRun, evaluate_suite, run_generation, write_report
+from pipelines.memory.tokens import TokenCounter
 from pipelines.evaluate.suite import Suite, generation_defaults, load_suite, suite_episodes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "loaders" / "fixtures"
@@ -134,12 +136,23 @@ def test_comparable_reference_is_ranked_with_ours(models, tmp_path):
 def test_missing_decoder_lists_generation_as_missing(models, tmp_path):
     root, _, _ = models
     suite = load_suite("convai2").with_overrides(strategies=("bm25",))
-    run = evaluate_suite(suite, suite_episodes(suite, CONVAI2), show_progress=False,
-                         generation=_settings(root, decoder=str(tmp_path / "no-decoder")))
+    episodes = suite_episodes(suite, CONVAI2)
+    generation = _settings(root, decoder=str(tmp_path / "no-decoder"))
+    # ConvAI2 has no query: without its generation the suite scores nothing, which is an error naming why
+    with pytest.raises(NothingToScore, match=r"scores nothing.*no response generation was scored \(mdr: .*mdr_decoder"):
+        evaluate_suite(suite, episodes, show_progress=False, generation=generation)
+    # how the report shows the missing generator (the run evaluate_suite refuses to return, built by hand)
+    counter = TokenCounter.from_config(None)
+    protocol = ProtocolConfig(ks=suite.ks, budget_tokens=suite.budget_tokens, show_progress=False,
+                              session_scoring=suite.session_scoring)
+    scored, not_scored = run_generation(suite, episodes, generation, show_progress=False)
+    run = SuiteRun(suite, len(episodes), {"bm25": run_protocol(episodes, "bm25", protocol, {}, counter)}, {},
+                   counter, scored, not_scored)
     assert run.generation == {} and "mdr_decoder" in run.generation_missing["mdr"]
     out = write_report([run], tmp_path / "report", profile="tiny")
     metrics = json.loads((tmp_path / "report" / "metrics.json").read_text())
-    assert set(metrics["convai2"]) == {"bm25"}
+    assert set(metrics["convai2"]) == {"bm25", "mdr_generation"}
+    assert metrics["convai2"]["mdr_generation"] == {"missing": run.generation_missing["mdr"]}  # never zeros
     assert "run stage 'mdr_decoder' first" in out["generation_missing"]["convai2"]["mdr"]
     md = (tmp_path / "report" / "benchmark.md").read_text()
     assert "- response generation: mdr (missing: mdr)" in md

@@ -2,9 +2,10 @@ from datetime import datetime
 
 import pytest
 
+from pipelines.data.schema import Episode, Session, Turn
 from pipelines.errors import ConfigError
 from pipelines.memory import STRATEGIES, Retrieved, Selector, StrategyConfig, TokenCounter, build_strategy
-from pipelines.memory.base import pack_context, register_strategy, render_line
+from pipelines.memory.base import names, pack_context, register_strategy, render_line, session_participants
 from pipelines.memory.bm25 import BM25, BM25Config
 
 
@@ -46,6 +47,50 @@ def test_selector_matches_any_named_id_and_refuses_to_be_empty():
     assert isinstance(sel.turn_ids, frozenset)
     with pytest.raises(ValueError, match="at least one"):
         Selector()
+
+
+@pytest.mark.parametrize("text, name, named", [
+    ("Since Wren's violin...", "Wren", True),        # possessive
+    ("wren plays", "Wren", True),                    # any case
+    ("Hi WREN!", "wren", True),
+    ("Pass me a wrench.", "Wren", False),            # a word, not a substring
+    ("Since you play the violin", "Wren", False),
+    ("Ana  Lima called", "Ana Lima", True),          # a two-word name, any whitespace between
+    ("Ana called Lima", "Ana Lima", False),
+    ("user: the User said", "user", True),
+    ("anything", "  ", False),                       # a blank name names nothing
+])
+def test_names_matches_a_whole_name_case_insensitively(text, name, named):
+    assert names(text, name) is named
+
+
+def test_session_participants_are_main_speaker_partner_and_every_speaker():
+    session = Session(id="s", index=0, partner="Wren", turns=[
+        Turn(id="t1", speaker="Juno", text="Hi."), Turn(id="t2", speaker="Vivek", text="Hello.")])
+    episode = Episode(id="e", source="t", main_speaker="Juno", sessions=[session])
+    assert session_participants(episode, session) == {"Juno", "Wren", "Vivek"}
+    alone = Session(id="s2", index=1, turns=[Turn(id="t3", speaker="Juno", text="Notes to self.")])
+    assert session_participants(episode, alone) == {"Juno"}
+
+
+@pytest.mark.parametrize("item, about", [
+    (dict(speakers=("Wren",)), True),                                 # said by Wren (or owned by, about Wren)
+    (dict(speakers=(" wren ",)), True),                               # names compare case- and space-folded
+    (dict(speakers=("Juno", None), participants={"Juno", "Wren"}), True),  # said to Wren, in a session with her
+    (dict(speakers=("Juno",), participants={"Juno", "Vivek"}, text="Wren plays the violin."), True),  # names her
+    (dict(speakers=("Juno",), participants={"Juno", "Vivek"}, text="Since you play the violin"), False),
+    (dict(speakers=(None,), text="A wrench."), False),
+])
+def test_about_is_said_by_said_to_or_naming_the_speaker(item, about):
+    assert Selector.of(speakers=["Wren"]).about(**item) is about
+    assert Selector.of(sessions=["s"]).about(**item) is False          # no speaker selected: about no one
+
+
+def test_matches_reaches_what_was_made_from_a_selected_turn():
+    sel = Selector.of(turns=["t2"])
+    assert sel.matches(turns=["t1", "t2"])                 # a summary / memory of the turn's session
+    assert not sel.matches(turns=["t1"], speakers=("Wren",))
+    assert Selector.of(speakers=["Wren"]).scrub({"Juno", "wren", "Vivek"}) == {"Juno", "Vivek"}
 
 
 def _item(order, text, speaker="Ana", when=datetime(2023, 3, 1)):

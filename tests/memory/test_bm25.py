@@ -50,8 +50,8 @@ def test_forget_removes_the_turn_from_the_index(episode, fill, q):
     items = strategy.retrieve(q("Who is learning the cello?"), 9)
     assert len(items) == 8 and "e1:S1:T2" not in {i.turn_id for i in items}
     assert items[0].turn_id == "e1:S3:T2"
-    assert strategy.forget(Selector.of(speakers=["Ben"])) == 1
-    assert all(i.speaker != "Ben" for i in strategy.retrieve(q("cello"), 9))
+    assert strategy.forget(Selector.of(speakers=["Ben"])) == 5     # the rest of S1 and S3, sessions with Ben
+    assert {i.session_id for i in strategy.retrieve(q("cello"), 9)} == {"e1:S2"}
 
 
 def test_context_packs_the_top_items_chronologically(episode, fill, q):

@@ -149,8 +149,9 @@ def test_forget_removes_from_both_indexes(hybrid, parcels, fill, q):
     assert len(strategy.dense.embedder.cache) == 11  # its vector left the on-disk cache too
     items = strategy.retrieve(q("Where is ZK48W7?"), 12)
     assert len(items) == 11 and "e1:S4:T2" not in ids(items)
-    assert strategy.forget(Selector.of(speakers=["Ben"])) == 2
-    assert len(strategy.bm25) == len(strategy.dense) == 9
+    assert strategy.forget(Selector.of(speakers=["Ben"])) == 6     # S1 and S3: sessions with Ben
+    assert len(strategy.bm25) == len(strategy.dense) == 5
+    assert len(strategy.dense.embedder.cache) == 5 + 1                # the held turns and the question asked
     assert all(i.speaker != "Ben" for i in strategy.retrieve(q("Who is learning the cello?"), 12))
 
 

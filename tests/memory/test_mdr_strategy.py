@@ -127,7 +127,7 @@ def test_forget_and_reset_remove_vectors(strategy, episode, q, fill):
     assert all(i.session_id != "e1:S2" for i in strategy.retrieve(q(QUESTION), 9))
     # forgetting Ben's turns: Ana's replies to them are no longer rounds over Ben's words
     ana_reply = strategy._keys[2]
-    assert strategy.forget(Selector.of(speakers=["Ben"])) == 2
+    assert strategy.forget(Selector.of(turns=["e1:S1:T2", "e1:S3:T2"])) == 2
     assert len(strategy) == strategy._vectors.shape[0] == len(strategy._keys) == 4
     assert strategy._context == [None] * 4
     assert ana_reply not in strategy.teacher.features

@@ -40,13 +40,15 @@ def test_a_session_is_observed_once(episode):
 def test_forget_by_speaker_turn_and_session(episode, fill, q):
     strategy = Constant()
     fill(strategy, episode)
-    assert strategy.forget(Selector.of(speakers=["Ben"])) == 2
-    assert strategy.forget(Selector.of(turns=["e1:S2:T2"], sessions=["e1:S1"])) == 3
-    assert [i.turn_id for i in strategy.items] == ["e1:S2:T1", "e1:S2:T3", "e1:S3:T1", "e1:S3:T3"]
+    assert strategy.forget(Selector.of(turns=["e1:S2:T2"], sessions=["e1:S1"])) == 4
+    assert [i.turn_id for i in strategy.items] == ["e1:S2:T1", "e1:S2:T3", "e1:S3:T1", "e1:S3:T2", "e1:S3:T3"]
+    # Ben: what he said (S3:T2) and what Ana said to him (S3:T1, S3:T3: S3 is a session with him)
+    assert strategy.forget(Selector.of(speakers=["Ben"])) == 3
+    assert [i.turn_id for i in strategy.items] == ["e1:S2:T1", "e1:S2:T3"]
     assert strategy.forget(Selector.of(memories=["m1"])) == 0
     # a forgotten session may be observed again
     strategy.observe(episode, episode.sessions[0])
-    assert len(strategy) == 7
+    assert len(strategy) == 5
 
 
 @pytest.mark.parametrize("k", [0, -2, 1.5])

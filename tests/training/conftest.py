@@ -11,11 +11,18 @@ import torch
 class RecordingTracker:
     """Test double of pipelines.tracking.Tracker: records what the engine sends."""
 
+    run_id = "recorded-run"
+
     def __init__(self):
+        self.continued: list[tuple[str, int]] = []
         self.metrics: list[tuple[int | None, dict[str, float]]] = []
         self.artifacts: list[Path] = []
         self.cards: list[str] = []
         self.registered: list[tuple[Path, str]] = []
+
+    def continue_run(self, run_id, at_step):
+        self.continued.append((run_id, at_step))
+        return True
 
     def log_metrics(self, metrics, step=None):
         self.metrics.append((step, dict(metrics)))

@@ -84,3 +84,43 @@ def test_deepspeed_zero2_on_cpu_matches_the_plain_engine(tmp_path, one_thread):
     step_dir = ds_out / "checkpoints" / "step-6"
     assert (step_dir / "model.safetensors").is_file() and (step_dir / "pytorch_model").is_dir()
     assert (ds_out / "final" / "model.safetensors").is_file()
+
+
+def test_a_launched_stage_locks_on_rank_0_only_and_waits_for_the_running_one(tmp_path, mlflow_store):
+    """Every rank of a launch runs run_stage: rank 0 waits for the stage's lock, the other ranks neither lock
+    (no rank waits on its own launch) nor remove outputs (the running execution's files stay whole)."""
+    import time
+
+    from mlflow import MlflowClient
+
+    from pipelines.locks import stage_lock
+    from tests.training.launched_stage import OUTPUT, STAGE
+
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "params.yaml").write_text("profile: tiny\nseed: 1\n")
+    running = root / OUTPUT / "written-by-the-running-execution.txt"
+    running.parent.mkdir(parents=True)
+    running.write_text("whole")
+    cmd = launch_command("tiny", launcher="accelerate", accelerate_config="cpu_2proc",
+                         extra_args=["--main_process_port", _free_port()],
+                         entry=[str(ROOT / "tests" / "training" / "launched_stage.py"), str(root)])
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                           "MASTER_PORT", "MNEMOS_LOCK_TIMEOUT")}
+    log = tmp_path / "launch.log"
+    with stage_lock(root, STAGE, [STAGE]), open(log, "w") as out:  # an execution of the stage is running
+        launch = subprocess.Popen(cmd, cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"}, stdout=out,
+                                  stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
+        while "stage tiny_train waits: its lock" not in log.read_text():
+            assert launch.poll() is None, log.read_text()[-3000:]
+            assert time.time() < deadline, "rank 0 never waited for the lock"
+            time.sleep(0.1)
+        time.sleep(3)  # rank 1 has long started its stage by now
+        assert launch.poll() is None and running.read_text() == "whole"
+    assert launch.wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert log.read_text().count("stage tiny_train waits") == 1  # rank 0 alone
+    assert not running.exists() and (root / OUTPUT / "model.safetensors").is_file()
+    client = MlflowClient(mlflow_store)
+    (run,) = client.search_runs([client.get_experiment_by_name("mnemos-mdr").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.metrics["final_step"] == 6

@@ -4,10 +4,11 @@ The language: sequences x_1..x_T over V tokens with x_{t+1} = (3 x_t + 1) mod V 
 random start, so a 1-layer GPT-2 learns it in a few dozen steps. Dropout stays on so
 that resuming must restore (re-seed) the RNG to reproduce the loss curve.
 
-    python tests/training/tiny_task.py --out DIR --max-steps 20 [--sleep 0.05] [--deepspeed FILE]
+    python tests/training/tiny_task.py --out DIR --max-steps 20 [--sleep 0.05] [--deepspeed FILE] [--track EXP]
 
 writes DIR/summary.json (rank 0) and DIR/params-rank<r>.sha256 (every rank: a hash of
-the rank's own final weights).
+the rank's own final weights); with ``--track`` rank 0 logs to MLflow (MLFLOW_TRACKING_URI)
+through pipelines.tracking, in experiment EXP.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--deepspeed", default=None)
     ap.add_argument("--compile-backend", default=None, help="compile the step with this torch.compile backend")
+    ap.add_argument("--track", metavar="EXPERIMENT", help="log to MLflow through pipelines.tracking, in EXPERIMENT")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     task = TinyLMTask(sleep=args.sleep)
@@ -106,7 +108,13 @@ def main(argv=None) -> int:
                          eval_every=args.eval_every, early_stopping_patience=None, deepspeed=args.deepspeed,
                          compile=args.compile_backend is not None,
                          compile_backend=args.compile_backend or "inductor")
-    summary = train(task, config, progress=False)
+    if args.track and int(os.environ.get("RANK", "0")) == 0:
+        from pipelines import tracking
+
+        with tracking.stage_run("tiny", args.track, {"profile": "tiny"}, deferred=True) as tracker:
+            summary = train(task, config, tracker=tracker, progress=False)
+    else:
+        summary = train(task, config, progress=False)
     rank = int(os.environ.get("RANK", "0"))
     out = Path(args.out)
     (out / f"params-rank{rank}.sha256").write_text(params_hash(task.model))

@@ -19,7 +19,9 @@ def test_clean_fixture_passes_every_rule(episodes, profile):
     assert all(o.passed and o.count == 0 and o.examples == [] for o in report.outcomes)
     assert report.passed and report.profile == profile and report.file == FILE
     not_applied = {o.name for o in report.outcomes if not o.metadata["applied"]}
-    assert not_applied == {n for n, r in RULES.items() if profile not in r.profiles}
+    # without the LoadResult the loss policy has nothing to weigh; no source here keeps file order
+    assert not_applied == {n for n, r in RULES.items() if profile not in r.profiles} | {
+        "load_loss_within_limit", "file_order_timestamps"}
 
 
 @pytest.mark.parametrize("profile", ["generic", "misc"])

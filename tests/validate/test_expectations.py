@@ -8,6 +8,7 @@ that builds records with ``model_construct`` could.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -120,3 +121,22 @@ def test_optional_columns_are_not_applied_when_absent(episodes):
     results = run_expectations(to_tables(episodes))
     for rule in ("query_category_present", "memory_importance_in_range"):
         assert (results[rule].applied, results[rule].count) == (False, 0)
+
+
+@pytest.mark.parametrize("root_level, quiet", [(logging.INFO, True), (logging.DEBUG, False)])
+def test_great_expectations_logs_stay_quiet_unless_debug(root_level, quiet):
+    """The issue: every ingest printed about 214 INFO lines of great-expectations; `-v` (debug) still shows them."""
+    root, gx = logging.getLogger(), logging.getLogger("great_expectations")
+    child = logging.getLogger("great_expectations.data_context.types.base")  # set to INFO by gx on import
+    saved = root.level, gx.level, child.level
+    try:
+        root.setLevel(root_level)
+        gx.setLevel(logging.NOTSET)
+        child.setLevel(logging.INFO)
+        validate([], file="empty.jsonl")
+        expected = (logging.WARNING, logging.WARNING) if quiet else (logging.NOTSET, logging.INFO)
+        assert (gx.level, child.level) == expected
+    finally:
+        root.setLevel(saved[0])
+        gx.setLevel(saved[1])
+        child.setLevel(saved[2])

@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.data.schema import MemoryLink
 from pipelines.data.tables import to_tables
-from pipelines.validate import RULES
+from pipelines.validate import RULES, validate
 from pipelines.validate.integrity import short_turns
 
 
@@ -59,6 +59,11 @@ CASES = [
      "misc/train.jsonl line 2: query 'ep-a:Q1' cites memory 'x', which is not a memory of episode 'ep-a'"),
     ("short_utterances", lambda e: setattr(e[0].sessions[0].turns[1], "text", " Hi Ana! "), 1,
      "misc/train.jsonl line 2: turn 'ep-a:S1:T2' has 7 characters (< 10): 'Hi Ana!'"),
+    # RealMem keeps file order: a time going back there is this warning, not timestamps_non_decreasing
+    ("file_order_timestamps", lambda e: [setattr(e[1], "source", "realmem"), setattr(
+        e[1].sessions[2], "timestamp", e[1].sessions[1].timestamp - timedelta(days=1))], 1,
+     "misc/train.jsonl line 3: session 'ep-b:S3' at 2024-03-07T18:00:00 is earlier than the session before it in "
+     "the file, 'ep-b:S2' at 2024-03-08T18:00:00 (kept in file order)"),
 ]
 
 
@@ -68,7 +73,7 @@ def test_integrity_rule_fails_alone(fails_alone, rule, mutate, count, example):
 
 
 def test_every_integrity_and_python_quality_rule_has_a_case():
-    expected = {n for n, r in RULES.items() if r.family == "integrity"} | {"short_utterances"}
+    expected = {n for n, r in RULES.items() if r.family == "integrity"} | {"short_utterances", "file_order_timestamps"}
     assert {c[0] for c in CASES} == expected
 
 
@@ -85,3 +90,23 @@ def test_short_turns_counts_visible_characters(episodes):
     turns[0].text, turns[1].text = "   123456789   ", "1234567890"
     failures = short_turns(to_tables(episodes), 10)
     assert [f.message for f in failures] == ["turn 'ep-a:S1:T1' has 9 characters (< 10): '123456789'"]
+
+
+def test_time_order_rules_apply_by_source(episodes):
+    """timestamps_non_decreasing applies to every source but the file-order ones (RealMem), whose consecutive
+    sessions file_order_timestamps compares instead; in mixed data each episode gets its own rule."""
+    file, records = "misc/train.jsonl", {"ep-a": "line 2", "ep-b": "line 3"}  # as in conftest
+    for e in episodes:
+        e.sessions[2].timestamp = e.sessions[1].timestamp - timedelta(days=1)
+    report = validate(episodes, file=file, records=records)
+    assert report.outcome("file_order_timestamps").metadata["applied"] is False
+    assert report.outcome("timestamps_non_decreasing").count == 2
+    episodes[1].source = "realmem"
+    report = validate(episodes, file=file, records=records)
+    assert report.outcome("timestamps_non_decreasing").metadata["records"] == ["line 2"]  # ep-a only
+    assert report.outcome("file_order_timestamps").metadata["records"] == ["line 3"]      # ep-b only
+    episodes[0].source = "realmem"
+    report = validate(episodes, file=file, records=records)
+    blocking = report.outcome("timestamps_non_decreasing")
+    assert (blocking.passed, blocking.metadata["applied"]) == (True, False) and report.passed
+    assert report.outcome("file_order_timestamps").count == 2

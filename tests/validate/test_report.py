@@ -81,5 +81,28 @@ def test_write_report_html_and_json(broken, tmp_path):
 
 def test_render_html_of_a_passing_report(episodes):
     html = render_html(validate(episodes, file=FILE, profile="misc", records=RECORDS))
-    assert '<span class="status PASSED">PASSED</span> &mdash; 35 rules, 0 blocking failures,' in html
-    assert html.count('<span class="status PASSED">PASSED</span>') == 1 + len(RULES) - 1  # short_utterances: N/A
+    assert f'<span class="status PASSED">PASSED</span> &mdash; {len(RULES)} rules, 0 blocking failures,' in html
+    # N/A: short_utterances (misc profile), load_loss_within_limit (no LoadResult), file_order_timestamps (no RealMem)
+    assert html.count('<span class="status PASSED">PASSED</span>') == 1 + len(RULES) - 3
+
+
+def test_normalised_on_load_section_names_reasons_counts_and_first_records(episodes, tmp_path):
+    from pipelines.data.loaders.base import LoadResult
+
+    load = LoadResult(episodes=episodes)
+    load.drop("blank_turn", "x.json item 3 turn 8: turn <s1:8> has a blank content ''", n=2)
+    load.flag("sessions_sorted_by_date", "x.json item 5 (q7): 3 of 40 haystack sessions moved into date order")
+    report = validate(episodes, file=FILE, records=RECORDS, load=load)
+    write_report(report, tmp_path / "r.html", tmp_path / "r.json")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["load"] == {"dropped": {"blank_turn": 2}, "flagged": {"sessions_sorted_by_date": 1},
+                           "lost": {"turns": 2},
+                           "examples": {"blank_turn": ["x.json item 3 turn 8: turn <s1:8> has a blank content ''"],
+                                        "sessions_sorted_by_date": [
+                                            "x.json item 5 (q7): 3 of 40 haystack sessions moved into date order"]}}
+    html = (tmp_path / "r.html").read_text()
+    section = html.split("<h2>Normalised on load</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<td><code>blank_turn</code></td><td>dropped</td><td class=\"num\">2</td>" in section
+    assert "<td><code>sessions_sorted_by_date</code></td><td>flagged</td><td class=\"num\">1</td>" in section
+    assert "turn &lt;s1:8&gt; has a blank content" in section  # examples escaped
+    assert "Normalised on load" not in render_html(validate(episodes, file=FILE, records=RECORDS))  # no load given

@@ -12,22 +12,23 @@ from pipelines.validate.rules import RULES, Rule, blank, ids, utc, written_in
 
 # One asset check per name, declared before any data is seen: renames are deliberate.
 NAMES = [
-    "episode_ids_unique", "split_in_set", "speaker_names_unique", "session_ids_unique",
+    "load_loss_within_limit", "episode_ids_unique", "split_in_set", "speaker_names_unique", "session_ids_unique",
     "session_index_non_negative", "turn_ids_unique", "turn_text_nonempty", "memory_ids_unique",
     "memory_text_nonempty", "query_ids_unique", "query_question_nonempty", "splits_disjoint",
     "main_speaker_listed", "session_order", "timestamps_non_decreasing", "memory_session_matches",
     "memory_tags_resolve", "memory_tags_not_future", "link_endpoints_resolve", "links_point_backwards",
     "query_session_resolves", "evidence_turns_resolve", "evidence_sessions_resolve",
     "evidence_memories_resolve", "short_utterances", "query_category_present", "memory_importance_in_range",
-    "misc_four_speakers", "misc_six_sessions", "misc_one_partner_per_session", "misc_every_partner_appears",
-    "misc_turn_speakers_match", "misc_utterance_min_length", "misc_memory_present", "misc_memory_speakers",
+    "file_order_timestamps", "misc_four_speakers", "misc_six_sessions", "misc_one_partner_per_session",
+    "misc_every_partner_appears", "misc_turn_speakers_match", "misc_utterance_min_length", "misc_memory_present",
+    "misc_memory_speakers",
 ]
 
 
 def test_rules_declared_up_front():
     assert list(RULES) == NAMES
     assert {n for n, r in RULES.items() if not r.blocking} == {
-        "short_utterances", "query_category_present", "memory_importance_in_range"}
+        "short_utterances", "query_category_present", "memory_importance_in_range", "file_order_timestamps"}
     assert {n for n, r in RULES.items() if r.profiles == ("misc",)} == {n for n in NAMES if n.startswith("misc_")}
     assert [n for n, r in RULES.items() if r.profiles == ("generic",)] == ["short_utterances"]
     assert all(r.description.endswith(".") and ". " not in r.description for r in RULES.values())  # one sentence

@@ -13,7 +13,14 @@ Error policy (the same in every loader):
   :attr:`LoadResult.dropped` under a reason, with a few ``"file record: detail"``
   examples in :attr:`LoadResult.examples`.
 * Something kept but worth reporting (RealMem ground truth naming the current or a
-  later session) is counted in :attr:`LoadResult.flagged`.
+  later session, LongMemEval sessions put in date order) is counted in
+  :attr:`LoadResult.flagged`.
+* A known quirk of the published files is normalised where it is read, and counted like
+  the rest: a turn whose text is blank is left out (:data:`BLANK_TURN`, see :func:`blank`).
+
+Every drop reason is declared in :data:`DROP_KINDS` with the kind of record it leaves
+out, so the loss policy (``pipelines.validate.load``) can tell a load that lost every
+turn or every query, or too many turns, from one that left out a few bad parts.
 
 Loaders parse parts with the same :func:`get` helper that raises DataError, and catch
 DataError at the part boundary (:meth:`LoadResult.dropping`), so the message that
@@ -38,6 +45,36 @@ from pipelines.errors import DataError
 
 MAX_EXAMPLES = 5  # examples kept per drop reason
 
+BLANK_TURN = "blank_turn"  # a turn whose text has no visible character (LongMemEval S: 12, RealMem: 6)
+
+# Drop reason -> the kind of record it leaves out. Turns, queries, sessions, memories, episodes
+# and triplets are what the loss policy weighs (every one of a kind lost, or too many turns); the
+# other kinds are parts of a kept record (an evidence id, a date, a link, a persona sentence, a
+# placeholder turn that carries no utterance).
+DROP_KINDS: dict[str, str] = {
+    **dict.fromkeys(("bad_turn", BLANK_TURN, "duplicate_turn_id", "missing_response",
+                     "speaker_count_mismatch"), "turns"),
+    **dict.fromkeys(("bad_qa", "bad_query", "duplicate_query_id", "query_without_answer"), "queries"),
+    **dict.fromkeys(("bad_session", "duplicate_session_in_haystack"), "sessions"),
+    **dict.fromkeys(("bad_memory", "bad_observation", "bad_summary", "duplicate_memory_id",
+                     "duplicate_memory_number"), "memories"),
+    **dict.fromkeys(("empty_dialogue", "empty_episode", "empty_record"), "episodes"),
+    **dict.fromkeys(("bad_triplet", "unknown_relation"), "triplets"),
+    **dict.fromkeys(("bad_evidence", "malformed_evidence", "unresolved_evidence", "unresolved_memory"),
+                    "evidence ids"),
+    **dict.fromkeys(("missing_date", "unparsed_date", "date_without_session",
+                     "timestamp_lost_after_unparsed_gap"), "dates"),
+    **dict.fromkeys(("bad_link", "unresolved_link", "unresolved_memory_tag"), "memory links and tags"),
+    "bad_persona": "persona sentences",
+    "line_number_gap": "lines",
+    "silence_placeholder": "placeholder turns",
+}
+
+
+def blank(text: str) -> bool:
+    """True when ``text`` has no visible character (such a turn is dropped as :data:`BLANK_TURN`)."""
+    return not text.strip()
+
 
 @dataclass
 class LoadResult:
@@ -55,7 +92,9 @@ class LoadResult:
             kept.append(example)
 
     def drop(self, reason: str, example: str, n: int = 1) -> None:
-        """Count ``n`` parts left out for ``reason``."""
+        """Count ``n`` parts left out for ``reason`` (a key of :data:`DROP_KINDS`)."""
+        if reason not in DROP_KINDS:  # a programming error: the loss policy could not weigh it
+            raise ValueError(f"drop reason {reason!r} is not declared in DROP_KINDS")
         self.dropped[reason] += n
         self._example(reason, example)
 
@@ -72,8 +111,16 @@ class LoadResult:
         except DataError as exc:
             self.drop(reason, str(exc))
 
+    def lost(self) -> dict[str, int]:
+        """Kind of record -> how many were left out (:data:`DROP_KINDS`), for every kind dropped."""
+        out: Counter[str] = Counter()
+        for reason, n in self.dropped.items():
+            out[DROP_KINDS[reason]] += n
+        return dict(sorted(out.items()))
+
     def counts(self) -> dict[str, Any]:
-        """Totals of what was loaded: episodes, sessions, turns, memories, queries, triplets."""
+        """Totals of what was loaded (episodes, sessions, turns, memories, queries, triplets), and
+        what was left out or flagged on the way: reason -> count, and reason -> first examples."""
         sessions = turns = memories = queries = triplets = 0
         for ep in self.episodes:
             queries += len(ep.queries)
@@ -86,7 +133,8 @@ class LoadResult:
         return {"episodes": len(self.episodes), "sessions": sessions, "turns": turns,
                 "memories": memories, "queries": queries, "triplets": triplets,
                 "dropped": dict(sorted(self.dropped.items())),
-                "flagged": dict(sorted(self.flagged.items()))}
+                "flagged": dict(sorted(self.flagged.items())),
+                "examples": dict(sorted(self.examples.items()))}
 
 
 # --- where a record is --------------------------------------------------------------

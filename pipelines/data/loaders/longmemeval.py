@@ -6,9 +6,10 @@ question_date, answer, answer_session_ids, haystack_dates, haystack_session_ids,
 haystack_sessions}``; each haystack session is a list of ``{role, content, has_answer?}``.
 
 Mapping: one Episode per question (id = ``question_id``, split ``test``, speakers
-``user`` and ``assistant``, main speaker ``user``), its haystack sessions in file
+``user`` and ``assistant``, main speaker ``user``), its haystack sessions in date
 order (Session id = haystack session id, timestamp = ``haystack_dates[i]``, e.g.
-"2023/05/20 (Sat) 02:21"), and one Query asked after the last session:
+"2023/05/20 (Sat) 02:21", Session.index = the position in that order), and one Query
+asked after the last session:
 
 | published              | Query field                                                        |
 | ---------------------- | ------------------------------------------------------------------ |
@@ -29,9 +30,24 @@ turns: the turn-level ground truth of a question lives on its Query (evidence_tu
 If a recurring id arrives with different turn texts, that question keeps its own
 copy (counted in ``flagged["session_id_reused_with_other_content"]``).
 
-Drop reasons: ``bad_turn``, ``bad_session`` (not a list, or a blank id), ``duplicate_session_in_haystack``,
-``missing_date`` / ``unparsed_date``, ``unresolved_evidence`` (an answer_session_id
-not in the haystack), ``bad_evidence``.
+Quirks of the published S file (FORMATS.md), normalised here:
+
+* ``haystack_dates`` out of order (210 of the 499 questions): the sessions are put in
+  date order, a stable sort (equal dates keep their file order; a session without a
+  date keeps its place and the dated ones fill the other places in date order), so
+  that the temporal protocol's "earlier" is earlier in time. The official retrieval
+  code asks every question after the whole haystack, so its scores do not change.
+  Each question reordered is counted in ``flagged["sessions_sorted_by_date"]``. The
+  shared turns are untouched: only the question's own Session shells move (their
+  index follows), and the turn ids (``<session id>:<position in the file>``) keep the
+  evidence mapping of ``has_answer`` exact.
+* blank ``content`` (12 of the S file's turns): the turn is left out
+  (``dropped["blank_turn"]``, once per question holding its session); the other turns
+  keep their ids.
+
+Drop reasons: ``bad_turn``, ``blank_turn``, ``bad_session`` (not a list, or a blank id),
+``duplicate_session_in_haystack``, ``missing_date`` / ``unparsed_date``,
+``unresolved_evidence`` (an answer_session_id not in the haystack), ``bad_evidence``.
 """
 
 from __future__ import annotations
@@ -39,12 +55,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines.data.loaders import register
-from pipelines.data.loaders.base import (LoadResult, Where, build, check, get, str_list,
+from pipelines.data.loaders.base import (BLANK_TURN, LoadResult, Where, blank, build, check, get, str_list,
                                          stream_json_array)
 from pipelines.data.loaders.dates import parse_datetime
 from pipelines.data.schema import Episode, Query, Session, Speaker, Turn
 
 SPEAKERS = ("user", "assistant")
+SORTED_BY_DATE = "sessions_sorted_by_date"
 
 
 class _SessionCache:
@@ -64,6 +81,9 @@ class _SessionCache:
                     raise twhere.error("blank role", field="role")
                 content = get(item, "content", str, twhere)
                 has_answer = get(item, "has_answer", bool, twhere, required=False, default=False)
+                if blank(content):
+                    result.drop(BLANK_TURN, twhere.example(f"turn {sid}:{j} has a blank content {content!r}"))
+                    continue
                 parsed.append((j, role, content, has_answer))
         key = tuple((role, content) for _, role, content, _ in parsed)
         flags = [h for *_, h in parsed]
@@ -85,7 +105,9 @@ def load(path: str | Path) -> LoadResult:
     result = LoadResult()
     cache = _SessionCache()
     for i, record in stream_json_array(path):
-        result.episodes.append(_episode(record, Where(str(path), f"item {i}"), cache, result))
+        episode = _episode(record, Where(str(path), f"item {i}"), cache, result)
+        result.episodes.append(episode)
+        result.records[episode.id] = f"item {i}"
     return result
 
 
@@ -104,7 +126,7 @@ def _episode(record: object, where: Where, cache: _SessionCache, result: LoadRes
 
     sessions: list[Session] = []
     seen: set[str] = set()
-    evidence_turns: list[str] = []
+    answers: dict[str, list[str]] = {}  # session id -> ids of its turns with has_answer (this question's)
     for i, (sid, raw) in enumerate(zip(ids, sessions_raw)):
         swhere = where.at(f"haystack_sessions[{i}]")
         if sid in seen:
@@ -123,7 +145,9 @@ def _episode(record: object, where: Where, cache: _SessionCache, result: LoadRes
             sessions.append(build(Session, swhere, id=sid, index=len(sessions), timestamp=timestamp,
                                   partner="assistant", turns=turns))
             seen.add(sid)
-            evidence_turns.extend(t.id for t, h in zip(turns, has_answer) if h)
+            answers[sid] = [t.id for t, h in zip(turns, has_answer) if h]
+    sessions = _date_order(sessions, where, result)
+    evidence_turns = [t for s in sessions for t in answers[s.id]]
 
     present = {s.id for s in sessions}
     evidence_sessions: list[str] = []
@@ -145,3 +169,21 @@ def _episode(record: object, where: Where, cache: _SessionCache, result: LoadRes
     return build(Episode, where, id=qid, source="longmemeval", main_speaker="user",
                  speakers=[Speaker(name=n) for n in SPEAKERS], sessions=sessions,
                  queries=[query], split="test")
+
+
+def _date_order(sessions: list[Session], where: Where, result: LoadResult) -> list[Session]:
+    """The sessions in date order (stable; undated ones keep their place), re-indexed; flagged if moved."""
+    dated = [k for k, s in enumerate(sessions) if s.timestamp is not None]
+    by_date = sorted(dated, key=lambda k: sessions[k].timestamp)  # parse_datetime: naive UTC, all comparable
+    if by_date == dated:
+        return sessions
+    moved = [(slot, k) for slot, k in zip(dated, by_date) if slot != k]
+    slots = iter(by_date)
+    ordered = [sessions[next(slots)] if s.timestamp is not None else s for s in sessions]
+    for index, session in enumerate(ordered):
+        session.index = index
+    slot, k = moved[0]
+    result.flag(SORTED_BY_DATE, where.example(
+        f"{len(moved)} of {len(sessions)} haystack sessions moved into date order (first: session "
+        f"{sessions[k].id} from position {k} to {slot})"))
+    return ordered

@@ -10,7 +10,7 @@ Mapping (one Episode per persona file, split ``test``, speakers ``User`` (main) 
 | published                                  | canonical                                                       |
 | ------------------------------------------ | --------------------------------------------------------------- |
 | ``_metadata.person_name``                  | Episode.id (the file name without ``_dialogues_256k`` if absent) |
-| session ``session_uuid`` / ``current_time`` | Session.id / Session.timestamp; sessions in file order          |
+| session ``session_uuid`` / ``current_time`` | Session.id / Session.timestamp; sessions in file order (below)  |
 | ``dialogue_turns[j]``                      | Turn ``<session_uuid>:<j>`` (speaker, content)                  |
 | ``extracted_memory`` item                  | Memory(id = ``index``, owner ``Assistant``, about ``User``, kind = ``type``) of its session |
 | turn with ``is_query: true``               | Query (id = ``query_id``, category = ``category_name``) asked in that session |
@@ -19,12 +19,26 @@ Mapping (one Episode per persona file, split ``test``, speakers ``User`` (main) 
 ``session_identifier`` (project and session label, e.g. "Financial_Planning_4:S1_01")
 has no canonical field and is not kept.
 
+Time order is file order. RealMem's own evaluation code (eval/ in RealMemBench) walks
+the sessions as the file lists them and never sorts them by ``current_time``, which
+goes backwards between consecutive sessions in three of the ten personas (dates only).
+The sessions keep the file order (Session.index = position in the file), so the
+temporal protocol's "earlier" means earlier in the episode's order; validation reports
+a time going backwards as a warning for this source
+(``pipelines.validate.rules.FILE_ORDER_SOURCES``), not as a blocking failure.
+
+Quirk: a turn with a blank ``content`` (6 in the ten personas) is left out
+(``dropped["blank_turn"]``); the other turns keep their ids (``<session_uuid>:<j>``, j
+its position in the file). A query is answered by the first Assistant turn after it even
+when that turn was left out (its ``memory_used`` is still the ground truth; the answer
+text is then empty).
+
 Quirk: a few queries list the current or a later session in their ground truth. They
 are kept with the flag ``evidence_not_earlier`` (counted in
 ``flagged["evidence_not_earlier"]``), so the temporal protocol, which lets a retriever
 see only earlier sessions, can leave those ids out and the report can count them.
 
-Drop reasons: ``bad_session``, ``bad_turn``, ``bad_memory``, ``duplicate_memory_id``,
+Drop reasons: ``bad_session``, ``bad_turn``, ``blank_turn``, ``bad_memory``, ``duplicate_memory_id``,
 ``bad_query`` (a query turn or its answer turn with a missing or wrongly typed field),
 ``duplicate_query_id``,
 ``query_without_answer`` (no Assistant turn follows the query: the query is dropped),
@@ -38,8 +52,8 @@ import re
 from pathlib import Path
 
 from pipelines.data.loaders import register
-from pipelines.data.loaders.base import (LoadResult, Where, build, files_in, get, load_json,
-                                         str_list)
+from pipelines.data.loaders.base import (BLANK_TURN, LoadResult, Where, blank, build, files_in, get,
+                                         load_json, str_list)
 from pipelines.data.loaders.dates import parse_datetime
 from pipelines.data.schema import Episode, Memory, Query, Session, Speaker, Turn
 
@@ -51,7 +65,9 @@ EVIDENCE_NOT_EARLIER = "evidence_not_earlier"
 def load(path: str | Path) -> LoadResult:
     result = LoadResult()
     for file in files_in(path, "*_dialogues_*.json"):
-        result.episodes.append(_episode(load_json(file), Where(str(file), "top level"), file, result))
+        episode = _episode(load_json(file), Where(str(file), "top level"), file, result)
+        result.episodes.append(episode)
+        result.records[episode.id] = file.name
     return result
 
 
@@ -91,9 +107,12 @@ def _episode(data: object, where: Where, file: Path, result: LoadResult) -> Epis
         swhere = where.at(f"dialogues[{position}]")
         turns = {t.id: t for t in session.turns}
         for j, item in enumerate(raw):
-            if not (isinstance(item, dict) and item.get("is_query") is True and f"{session.id}:{j}" in turns):
+            if not (isinstance(item, dict) and item.get("is_query") is True):
                 continue
             qwhere = swhere.at(f"dialogue_turns[{j}]")
+            if f"{session.id}:{j}" not in turns:
+                result.drop("bad_query", qwhere.example("the query's own turn was left out (bad or blank)"))
+                continue
             with result.dropping("bad_query"):
                 query = _query(item, j, raw, session, turns, qwhere, order, memory_by_content, result)
                 if query is not None and any(q.id == query.id for q in queries):
@@ -122,6 +141,10 @@ def _session(raw: object, where: Where, index: int, result: LoadResult) -> Sessi
             speaker = get(item, "speaker", str, twhere)
             content = get(item, "content", str, twhere)
             get(item, "is_query", bool, twhere, required=False)
+            if blank(content):
+                result.drop(BLANK_TURN, twhere.example(f"turn {uuid}:{j} ({speaker}) has a blank content "
+                                                       f"{content!r}"))
+                continue
             turns.append(build(Turn, twhere, id=f"{uuid}:{j}", speaker=speaker, text=content))
     return build(Session, where, id=uuid, index=index, timestamp=timestamp, partner=ASSISTANT,
                  turns=turns)
@@ -142,8 +165,7 @@ def _query(item: dict, j: int, raw: list, session: Session, turns: dict[str, Tur
     qid = get(item, "query_id", (str, int), where, required=False, default=f"{session.id}:q{j}")
     category = get(item, "category_name", str, where, required=False)
     answer_at = next((k for k in range(j + 1, len(raw))
-                      if isinstance(raw[k], dict) and raw[k].get("speaker") == ASSISTANT
-                      and f"{session.id}:{k}" in turns), None)
+                      if isinstance(raw[k], dict) and raw[k].get("speaker") == ASSISTANT), None)
     if answer_at is None:
         result.drop("query_without_answer", where.example(f"query {qid}: no Assistant turn follows"))
         return None
@@ -170,13 +192,14 @@ def _query(item: dict, j: int, raw: list, session: Session, turns: dict[str, Tur
             result.drop("unresolved_memory", uwhere.example("matches no extracted_memory content"))
         elif mid not in memories:
             memories.append(mid)
-    if memories:
-        turns[f"{session.id}:{answer_at}"].memory_tags = memories
+    answer_turn = turns.get(f"{session.id}:{answer_at}")  # None: the answer turn was left out (blank)
+    if memories and answer_turn is not None:
+        answer_turn.memory_tags = memories
     flags = []
     if any(order[s] >= session.index for s in sessions):
         flags.append(EVIDENCE_NOT_EARLIER)
         result.flag(EVIDENCE_NOT_EARLIER, where.example(f"query {qid} names the current or a later session"))
     return build(Query, where, id=str(qid), session_id=session.id, question=question,
-                 answer=turns[f"{session.id}:{answer_at}"].text, evidence_sessions=sessions,
+                 answer=answer_turn.text if answer_turn is not None else "", evidence_sessions=sessions,
                  evidence_memories=memories, category=category, timestamp=session.timestamp,
                  flags=flags)

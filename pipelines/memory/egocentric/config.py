@@ -30,8 +30,9 @@ class EgocentricConfig(StrategyConfig):
     # the directory of a trained EMMA dialogue module (pipelines.emma.dialogue.EMMADialogue.load), needed when
     # memory_source or link_source is "model" and no dialogue= callable is injected
     dialogue: str | None = None
-    # "main": only the episode's main speaker keeps a memory (MiSC); "all": every speaker of a session
-    # keeps its own, isolated memory (EMMA instances talking to each other, Appendix J).
+    # "main": only the episode's keeper keeps a memory (its main speaker, or the owner of all the dataset's
+    # memories: RealMem's Assistant; strategy.memory_keeper); "all": every speaker of a session keeps its own,
+    # isolated memory (EMMA instances talking to each other, Appendix J).
     agents: Literal["main", "all"] = "main"
     # the retriever: "minilm" = the untrained all-MiniLM-L6-v2 initialisation (a baseline), else the
     # directory of a trained EMMA retriever (pipelines.emma.retriever.DualEncoder.save)

@@ -34,6 +34,7 @@ class StoredMemory:
     order: int                 # insertion order over the whole strategy (time order)
     timestamp: datetime | None = None
     turn_ids: frozenset[str] = frozenset()  # the turns of the session it was written from
+    participants: frozenset[str] = frozenset()  # who took part in that session (pipelines.memory.base)
 
 
 class AgentMemory:

@@ -1,7 +1,7 @@
 """``egocentric``: EMMA's egocentric memory (seed 000, arXiv 2410.02503, sections 3.3 and 4).
 
 Writing (end of each session, :meth:`Egocentric.observe`): every agent of the session (the episode's
-main speaker, or every speaker with ``agents: all``) writes memories about itself and about its partner,
+keeper, or every speaker with ``agents: all``) writes memories about itself and about its partner,
 from its own perspective, into its own store, under that partner. The memories are the dialogue module's
 answers to ``summarize [ABOUT_X]: {final sequence}`` (``memory_source: model``, EMMA's system, the default)
 or the dataset's own (``gold``: the ``egocentric_gold`` oracle). Then they are linked (``link_source``): the
@@ -32,8 +32,21 @@ Scoring granularities: a model-written memory has an id of its own (``<session>:
 dataset memory id, so ``egocentric`` is scored at session level only; ``egocentric_gold`` at memory and
 session level.
 
+The keeper (:func:`memory_keeper`) is the agent whose memory answers the episode's queries: the main speaker
+(MiSC, the synthetic data), unless the dataset's memories all belong to one other speaker (RealMem: the User
+asks, the Assistant answers from its memories about the User). ``agents: main`` gives a memory to the keeper
+only, and a query is read as said to the keeper by its partner in the query's session.
+
 Agents are isolated: an agent retrieves only from its own store; ``retrieve``/``context`` speak for the
-episode's main speaker, ``retrieve_for``/``compose`` for any agent.
+keeper, ``retrieve_for``/``compose`` for any agent. Stores are kept per episode and agent (never per agent
+name alone: every RealMem and LongMemEval episode has a "User"), :mod:`pipelines.memory.base` scopes.
+
+Forgetting removes the memories a :class:`~pipelines.memory.base.Selector` names, by id, session or turn, and
+every memory about a selected speaker by the shared rule (owner or subject, a participant of the session it
+was written in, or named in its text), from every agent's items, per-partner lists, links and vectors; then it
+purges the process caches of what went: the retriever vectors of the forgotten sentences (unless a held memory
+has the same one), and every cached retriever context and dialogue-module answer that holds a forgotten
+sentence, reads a forgotten session or names a forgotten speaker.
 """
 
 from __future__ import annotations
@@ -47,7 +60,8 @@ from pipelines.data.schema import Episode, Query, Session
 from pipelines.emma.formats import (GenerationInput, link_source, parse_link, parse_summary, render_memory,
                                     summarize_source)
 from pipelines.errors import ConfigError, DataError, ModelNotTrained
-from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, check_k, register_strategy
+from pipelines.memory.base import (MemoryStrategy, Retrieved, Selector, check_k, register_strategy,
+                                   session_participants)
 from pipelines.memory.egocentric.config import EgocentricConfig, EgocentricGoldConfig
 from pipelines.memory.egocentric.store import AgentMemory, StoredMemory
 
@@ -135,6 +149,16 @@ def _load_retriever(ref: str, device: str):
     return model.to(device).eval()
 
 
+def memory_keeper(episode: Episode) -> str:
+    """The agent whose memory answers ``episode``'s queries: the main speaker, unless the dataset's memories of
+    the episode all belong to one other speaker, who keeps them and is asked (RealMem: memories owned by the
+    Assistant, about the User, the main speaker; MiSC and the synthetic data: the main speaker's own)."""
+    owners = {m.owner for s in episode.sessions for m in s.memories}
+    if len(owners) == 1 and episode.main_speaker not in owners:
+        return next(iter(owners))
+    return episode.main_speaker
+
+
 def session_partner(episode: Episode, session: Session, agent: str | None = None) -> str | None:
     """The partner of ``agent`` (default: the main speaker) in ``session``: ``Session.partner`` for the main
     speaker, else the first other speaker of its turns (the main speaker for a partner agent)."""
@@ -159,6 +183,18 @@ class Egocentric(MemoryStrategy):
         """The retriever always; the dialogue module when memories or links are the model's."""
         sources = {settings.get(k, cls._default(k)) for k in ("memory_source", "link_source")}
         return {k: v for k, v in cls.model_settings.items() if k != "dialogue" or "model" in sources}
+
+    @classmethod
+    def unavailable(cls, episodes: Sequence[Episode], settings: dict) -> str | None:
+        """With ``memory_source: gold`` (the oracle), the data must list memories: without any, every
+        store stays empty. Model-written memories need nothing from the data."""
+        if settings.get("memory_source", cls._default("memory_source")) != "gold":
+            return None
+        sessions = [s for e in episodes for s in e.sessions]
+        if any(s.memories for s in sessions):
+            return None
+        return (f"the data lists no memories (none of the {len(sessions)} sessions of the {len(episodes)} "
+                f"episodes has one), and memory_source 'gold' retrieves the dataset's own memories")
 
     @classmethod
     def _default(cls, name: str):
@@ -186,14 +222,25 @@ class Egocentric(MemoryStrategy):
 
     # --- state ------------------------------------------------------------------------------------
     def reset(self) -> None:
-        self.agents: dict[str, AgentMemory] = {}
-        self._episode: Episode | None = None
-        self._seen: set[str] = set()
-        self._order = 0
+        super().reset()
+        self._order = 0   # over every episode: memories are ordered in time
+
+    def _empty_scope(self) -> dict:
+        return {"agents": {},        # agent -> its AgentMemory, in this episode
+                "_episode": None,    # the episode (speakers, sessions) its queries are read in
+                "_seen": set()}      # observed session ids
+
+    def enter(self, episode: Episode) -> None:
+        super().enter(episode)
+        self._episode = episode
+
+    @property
+    def keeper(self) -> str | None:
+        """The agent the current episode's queries are asked of (:func:`memory_keeper`)."""
+        return memory_keeper(self._episode) if self._episode is not None else None
 
     def __len__(self) -> int:
-        main = self._episode.main_speaker if self._episode else None
-        return len(self.agents[main]) if main in self.agents else 0
+        return len(self.agents[self.keeper]) if self.keeper in self.agents else 0
 
     def memory_of(self, agent: str) -> AgentMemory:
         """The agent's store (empty when it has written nothing)."""
@@ -215,23 +262,25 @@ class Egocentric(MemoryStrategy):
 
     # --- writing ----------------------------------------------------------------------------------
     def _agents(self, episode: Episode, session: Session) -> list[tuple[str, str]]:
-        """(agent, partner) of every agent that writes memories at the end of ``session``."""
-        main = episode.main_speaker
-        partner = session_partner(episode, session)
+        """(agent, partner) of every agent that writes memories at the end of ``session``: the keeper, and with
+        ``agents: all`` its partner too."""
+        keeper = memory_keeper(episode)
+        partner = session_partner(episode, session, keeper)
         if partner is None:
             raise DataError("the session names no partner and no other speaker talks in it",
                             record=f"episode {episode.id}, session {session.id}", field="partner")
-        return [(main, partner)] + ([(partner, main)] if self.config.agents == "all" else [])
+        return [(keeper, partner)] + ([(partner, keeper)] if self.config.agents == "all" else [])
 
     def observe(self, episode: Episode, session: Session) -> None:
+        self.enter(episode)
         if session.id in self._seen:
             raise DataError("session observed twice; each finished session enters memory once",
                             record=f"episode {episode.id}, session {session.id}", rule="observe_once")
         self._seen.add(session.id)
-        self._episode = episode
+        participants = session_participants(episode, session)
         for agent, other in self._agents(episode, session):
             memory = self.agents.setdefault(agent, AgentMemory(agent))
-            new = [self._stored(session, agent, other, mid, about, text)
+            new = [self._stored(session, participants, agent, other, mid, about, text)
                    for mid, about, text in self._written(episode, session, agent, other)]
             if new:
                 vectors = self._memory_vectors([m.rendered for m in new])        # (n, H)
@@ -239,11 +288,12 @@ class Egocentric(MemoryStrategy):
                     memory.add(m, v)
             self._link(session, memory, new)
 
-    def _stored(self, session: Session, agent: str, partner: str, mid: str, about: str, text: str) -> StoredMemory:
+    def _stored(self, session: Session, participants: frozenset[str], agent: str, partner: str, mid: str,
+                about: str, text: str) -> StoredMemory:
         self._order += 1
         return StoredMemory(mid, agent, about, text.strip(), self._render(text, about, session),
                             session.id, session.index, partner, self._order, session.timestamp,
-                            frozenset(t.id for t in session.turns))
+                            frozenset(t.id for t in session.turns), participants)
 
     def _render(self, text: str, about: str, session: Session) -> str:
         return render_memory(text, about, session.index + 1, self.config.memory_provenance)
@@ -428,21 +478,24 @@ class Egocentric(MemoryStrategy):
         return turns or None
 
     def _query_input(self, query: Query, episode: Episode | None = None) -> GenerationInput:
-        """The main speaker about to answer ``query`` in the session it is asked in: the query's dialogue
-        turns when it is a dialogue excerpt (:meth:`dialogue_turns`), else the question said by the partner.
-        A query after the last session is asked in the session after it."""
+        """The keeper about to answer ``query`` in the session it is asked in: the query's dialogue turns when
+        it is a dialogue excerpt (:meth:`dialogue_turns`), else the question said by the keeper's partner (the
+        main speaker when the keeper is another speaker). A query after the last session is asked in the
+        session after it."""
         episode = episode or self._episode
+        keeper = memory_keeper(episode)
         session = episode.session_by_id().get(query.session_id) if query.session_id else None
-        partner = session_partner(episode, session) if session else None
+        partner = (session_partner(episode, session, keeper) if session
+                   else episode.main_speaker if keeper != episode.main_speaker else None)
         number = session.index + 1 if session else max((s.index for s in episode.sessions), default=-1) + 2
         history = self.dialogue_turns(episode, query.question) or [(partner or UNKNOWN_PARTNER, query.question)]
-        return self._input(episode, episode.main_speaker, partner, number, history)
+        return self._input(episode, keeper, partner, number, history)
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
         if self._episode is None:
             return []
-        return self.retrieve_for(self._episode.main_speaker, self._query_input(query).context(), k)
+        return self.retrieve_for(self.keeper, self._query_input(query).context(), k)
 
     def context(self, query: Query, budget_tokens: int) -> str:
         """The generation sequence with EMMA's memory block, cut to ``budget_tokens``: linked memories go
@@ -467,15 +520,52 @@ class Egocentric(MemoryStrategy):
 
     # --- forgetting -------------------------------------------------------------------------------
     def forget(self, selector: Selector) -> int:
-        """Remove the memories ``selector`` names from every agent and index: by memory id, by the session
-        they were written in, by any turn of that session, or by owner / subject among its speakers."""
-        removed = 0
-        for agent, memory in self.agents.items():
-            ids = {m.id for m in memory.items.values()
-                   if selector.matches(memory_id=m.id, session_id=m.session_id, speakers=(m.owner, m.about))
-                   or m.turn_ids & selector.turn_ids}
-            removed += memory.remove(ids)
-        return removed
+        """Remove the memories ``selector`` names from every agent and index of the current episode: by memory id,
+        by the session they were written in, by any turn of that session, or as memories about a selected
+        speaker (owner or subject, a participant of their session, or named in their text); then purge the
+        process caches of what went (:meth:`_purge`)."""
+        removed: list[StoredMemory] = []
+        for memory in self.agents.values():
+            gone = [m for m in memory.items.values()
+                    if selector.matches(memory_id=m.id, session_id=m.session_id, turns=m.turn_ids,
+                                        speakers=(m.owner, m.about), participants=m.participants, text=m.text)]
+            memory.remove({m.id for m in gone})
+            removed += gone
+        for agent in [a for a, memory in self.agents.items() if not len(memory) and selector.about(speakers=(a,))]:
+            del self.agents[agent]  # a forgotten agent's store goes with its memories
+        self._purge(selector, removed)
+        return len(removed)
+
+    def _purge(self, selector: Selector, removed: list[StoredMemory]) -> None:
+        """Drop from the process caches what holds forgotten content: the retriever's memory vectors of the removed
+        sentences (unless a held memory, of any episode, has the same one); every cached retriever context and
+        dialogue-module answer (summaries, link verdicts) whose input or output holds a removed sentence, is the
+        summariser's input for a session whose memories went, or names a selected speaker."""
+        held = {m.rendered for state in self.held_scopes() for memory in state["agents"].values()
+                for m in memory.items.values()}
+        sentences = {m.text for m in removed} | {m.rendered for m in removed}
+        sessions = {m.session_id for m in removed} | set(selector.session_ids)
+        sources: set[str] = set()
+        episode = self._episode
+        if episode is not None and self.config.memory_source == "model":
+            for session in episode.sessions:
+                if session.id in sessions or selector.matches(turns=[t.id for t in session.turns],
+                                                              participants=session_participants(episode, session)):
+                    for agent, partner in self._agents(episode, session):
+                        sources.update(self._summary_sources(episode, session, agent, partner))
+
+        def stale(text: str) -> bool:
+            return text in sources or selector.about(text=text) or any(x in text for x in sentences)
+
+        vectors = _VECTORS.get(self._retriever) if self._retriever is not None else None
+        if vectors:
+            for key in [k for k in vectors if (k[0] == "memory" and k[1] in sentences and k[1] not in held)
+                        or (k[0] == "context" and stale(k[1]))]:
+                del vectors[key]
+        if self._dialogue is not None:
+            memo = self._dialogue.memo
+            for key in [k for k, out in memo.items() if stale(k[0]) or stale(out)]:
+                del memo[key]
 
 
 @register_strategy("egocentric_gold")

@@ -11,9 +11,15 @@
   the source turn and session of its triplet, and ``memory_id = "triplet:<tid>"``.
 - ``context(query, budget)``: the kept triplets as one "MEMORY:" block of "subject relation
   object" lines (section 3.5), cut to the token budget.
-- ``forget(selector)``: turns, sessions, speakers (what they said and their entity), and
-  ``"triplet:<tid>"`` memory ids; :meth:`GraphMemory.forget_entities` removes entities. Every
-  deletion cascades through the graph, the entity index, the column store and the embedding cache.
+- ``forget(selector)``: turns, sessions, ``"triplet:<tid>"`` memory ids, and every triplet about
+  a selected speaker by the shared rule (:meth:`~pipelines.memory.base.Selector.about`): said by
+  them, said in a session they took part in (to them), or naming them (their entity, as subject,
+  object or within either); :meth:`GraphMemory.forget_entities` removes entities. Every deletion
+  cascades through the graph, the entity index, the column store and the embedding cache (a text
+  another held triplet or entity still has, in any episode's bank, keeps its cached vector).
+
+One bank per episode (:mod:`pipelines.memory.base` scopes): the entity "user" of one LongMemEval
+episode is not the "user" of another, so banks never share nodes; they share the embedder.
 
 Times are POSIX seconds of the session timestamps (naive datetimes read as UTC); a session without
 a timestamp is placed at ``index * missing_time_hours``. A query is asked at its own timestamp,
@@ -32,7 +38,8 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.glong.graph import GraphMemoryBank, NewFact
 from pipelines.glong.importance import ImportanceScorer, uniform_importance
 from pipelines.glong.retrieve import memory_block, retrieve
-from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, check_k, register_strategy
+from pipelines.memory.base import (MemoryStrategy, Retrieved, Selector, check_k, register_strategy,
+                                   session_participants)
 from pipelines.memory.graph.config import GraphConfig
 
 # A triplet extractor maps (speaker, utterance) pairs to one list of triplets per pair.
@@ -47,6 +54,25 @@ def to_seconds(when: datetime) -> float:
 
 def _from_seconds(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
+
+
+class SharedEmbedder:
+    """The one embedder of every episode's bank. ``forget(texts)`` keeps the cached vectors of the
+    texts that ``held()`` (the triplet texts and entity names of every bank) still has; anything
+    else (``embed``, ``cache``, ``model_name``) is the wrapped embedder's."""
+
+    def __init__(self, inner, held: Callable[[], set[str]]):
+        self.inner, self._held = inner, held
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def embed(self, texts: list[str]):
+        return self.inner.embed(texts)
+
+    def forget(self, texts: Iterable[str]) -> int:
+        held = self._held()
+        return self.inner.forget([t for t in dict.fromkeys(texts) if t not in held])
 
 
 @lru_cache(maxsize=2)
@@ -83,6 +109,18 @@ class GraphMemory(MemoryStrategy):
             need["importance_model"] = cls.model_settings["importance_model"]
         return need
 
+    @classmethod
+    def unavailable(cls, episodes: Sequence[Episode], settings: dict) -> str | None:
+        """With ``extraction: ground_truth`` the data must give triplets (``Turn.triplets``): without any,
+        the graph stays empty. An extractor (``extraction: model``) needs nothing from the data."""
+        if settings.get("extraction", GraphConfig.extraction) != "ground_truth":
+            return None
+        if any(turn.triplets for e in episodes for _, turn in e.turns()):
+            return None
+        turns = sum(len(s.turns) for e in episodes for s in e.sessions)
+        return (f"the data has no triplets (none of the {turns} turns of the {len(episodes)} episodes has one), "
+                f"and extraction 'ground_truth' reads them; set extraction: model to use the trained extractor")
+
     def __init__(self, config: GraphConfig | None = None, counter=None, *, embedder=None,
                  extractor: Extractor | None = None, scorer: ImportanceScorer | None = None):
         super().__init__(config, counter)
@@ -102,10 +140,19 @@ class GraphMemory(MemoryStrategy):
         else:
             raise ConfigError("graph.importance is 'model' but neither a scorer nor "
                               "graph.importance_model (the trained summariser folder) was given.")
-        self.bank = GraphMemoryBank(embedder if embedder is not None else self._embedder(),
-                                    c.entity_index, c.exact_up_to)
-        self._sessions: set[str] = set()
-        self._clock = 0.0  # time of the latest observed session, POSIX seconds
+        self.embedder = SharedEmbedder(embedder if embedder is not None else self._embedder(), self._held_texts)
+        self.reset()
+
+    def _empty_scope(self) -> dict:
+        c: GraphConfig = self.config
+        return {"bank": GraphMemoryBank(self.embedder, c.entity_index, c.exact_up_to),
+                "_sessions": {},   # observed session id -> its participants
+                "_clock": 0.0}     # time of the latest observed session, POSIX seconds
+
+    def _held_texts(self) -> set[str]:
+        """The triplet texts and entity names of every episode's bank."""
+        banks = [state["bank"] for state in self.held_scopes() if "bank" in state]
+        return {text for bank in banks for text in [f.text for f in bank.facts()] + bank.entity_names()}
 
     def _embedder(self):
         c: GraphConfig = self.config
@@ -143,20 +190,21 @@ class GraphMemory(MemoryStrategy):
         Pure text work (ground-truth triplets only; an extractor's output is not known before
         ``observe``): nothing enters memory. Without an embedding cache it does nothing.
         """
-        if getattr(self.bank.embedder, "cache", None) is None or \
+        if getattr(self.embedder, "cache", None) is None or \
                 self.config.extraction != "ground_truth":
             return
         texts = [x for e in episodes for _, turn in e.turns() for t in turn.triplets
                  for x in (" ".join(t.subject.split()), " ".join(t.object.split()), t.serialise())]
         texts += [q.question for e in episodes for q in e.queries]
-        self.bank.embedder.embed(list(dict.fromkeys(texts)))
+        self.embedder.embed(list(dict.fromkeys(texts)))
 
     def observe(self, episode: Episode, session: Session) -> None:
+        self.enter(episode)
         if session.id in self._sessions:
             raise DataError("session observed twice; each finished session enters memory once",
                             record=f"episode {episode.id}, session {session.id}",
                             rule="observe_once")
-        self._sessions.add(session.id)
+        self._sessions[session.id] = session_participants(episode, session)
         when = self.session_time(session)
         per_turn = self._session_triplets(session)
         flat = [(turn, t) for turn, triplets in zip(session.turns, per_turn) for t in triplets]
@@ -193,16 +241,17 @@ class GraphMemory(MemoryStrategy):
         return memory_block(lines, self.config.context_header)
 
     def forget(self, selector: Selector) -> int:
-        bank = self.bank
-        removed = set(bank.remove_turns(selector.turn_ids)) if selector.turn_ids else set()
+        """Remove the triplets ``selector`` names (module docstring) in one cascade; returns how many."""
+        def named(f) -> bool:
+            return selector.matches(turn_id=f.turn_id, session_id=f.session_id,
+                                    memory_id=f"{TRIPLET_PREFIX}{f.tid}", speakers=(f.speaker, f.subject, f.object),
+                                    participants=self._sessions.get(f.session_id, ()), text=f.text)
+
+        removed = self.bank.remove_where(named)
         for sid in selector.session_ids:
-            removed.update(bank.remove_session(sid))
-        for speaker in selector.speakers:
-            removed.update(bank.remove_speaker(speaker))
-        tids = [int(m[len(TRIPLET_PREFIX):]) for m in selector.memory_ids
-                if m.startswith(TRIPLET_PREFIX) and m[len(TRIPLET_PREFIX):].isdigit()]
-        removed.update(bank.remove_triplets(tids))
-        self._sessions -= set(selector.session_ids)
+            self._sessions.pop(sid, None)
+        if selector.speakers:  # their names leave the record of who took part, as everything said to them did
+            self._sessions = {sid: selector.scrub(names) for sid, names in self._sessions.items()}
         return len(removed)
 
     def forget_entities(self, names: Iterable[str]) -> int:
@@ -210,9 +259,11 @@ class GraphMemory(MemoryStrategy):
         return sum(len(self.bank.remove_entity(n)) for n in names)
 
     def reset(self) -> None:
-        self.bank.clear()
-        self._sessions = set()
-        self._clock = 0.0
+        """Empty every episode's bank, and purge the cached vectors of all they held."""
+        texts = self._held_texts()
+        super().reset()
+        if texts:
+            self.embedder.inner.forget(sorted(texts))
 
     def __len__(self) -> int:
         return len(self.bank)
@@ -223,6 +274,10 @@ class GraphMemory(MemoryStrategy):
 
     def load(self, folder: str | Path) -> None:
         """Replace the memory with a bank saved by :meth:`save` (same embedder)."""
-        self.bank = GraphMemoryBank.load(folder, self.bank.embedder)
-        self._sessions = {f.session_id for f in self.bank.facts() if f.session_id}
+        self.bank = GraphMemoryBank.load(folder, self.embedder)
+        said: dict[str, set[str]] = {}  # participants as far as the saved facts tell: their speakers
+        for f in self.bank.facts():
+            if f.session_id:
+                said.setdefault(f.session_id, set()).update([f.speaker] if f.speaker else [])
+        self._sessions = {sid: frozenset(names) for sid, names in said.items()}
         self._clock = max((f.created for f in self.bank.facts()), default=0.0)

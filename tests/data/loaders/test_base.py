@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
+from pipelines.data import loaders
 from pipelines.data.loaders import LOADERS, get_loader, register
-from pipelines.data.loaders.base import (MAX_EXAMPLES, LoadResult, Where, build, get, iter_jsonl,
-                                         iter_records, load_json, split_from_name, stream_json_array)
+from pipelines.data.loaders.base import (BLANK_TURN, DROP_KINDS, MAX_EXAMPLES, LoadResult, Where, build, get,
+                                         iter_jsonl, iter_records, load_json, split_from_name, stream_json_array)
 from pipelines.data.schema import Turn
 from pipelines.errors import ConfigError, DataError
 
@@ -66,7 +69,23 @@ def test_drop_flag_and_examples():
     assert r.examples["bad_memory"] == ["file f.json, record item 3, field 'text': boom"]
     assert r.counts() == {"episodes": 0, "sessions": 0, "turns": 0, "memories": 0, "queries": 0,
                           "triplets": 0, "dropped": {"bad_memory": 1, "bad_qa": 3, "bad_turn": MAX_EXAMPLES + 2},
-                          "flagged": {"odd": 1}}
+                          "flagged": {"odd": 1},
+                          "examples": {"bad_memory": ["file f.json, record item 3, field 'text': boom"],
+                                       "bad_qa": ["q"], "bad_turn": [f"ex {i}" for i in range(MAX_EXAMPLES)],
+                                       "odd": ["o"]}}
+    assert r.lost() == {"memories": 1, "queries": 3, "turns": MAX_EXAMPLES + 2}
+
+
+def test_every_drop_reason_is_declared_with_its_kind():
+    """The loss policy weighs drops by the kind of record they leave out: an undeclared reason is refused,
+    and every reason a loader names in its source is declared."""
+    with pytest.raises(ValueError, match="'bad_thing' is not declared in DROP_KINDS"):
+        LoadResult().drop("bad_thing", "x")
+    named = set()
+    for module in Path(loaders.__file__).parent.glob("*.py"):
+        named |= set(re.findall(r"\.drop(?:ping)?\(\s*\"([a-z_]+)\"", module.read_text(encoding="utf-8")))
+    assert named and named <= set(DROP_KINDS), sorted(named - set(DROP_KINDS))
+    assert {"bad_turn", "bad_qa", "bad_query"} <= named and DROP_KINDS[BLANK_TURN] == "turns"
 
 
 @pytest.mark.parametrize("name, split", [

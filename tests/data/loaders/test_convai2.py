@@ -3,6 +3,8 @@
 ``valid_self_original.txt`` has candidates (an empty reward field, then ``|``-separated
 candidates), a ``__SILENCE__`` partner turn and a line without a response;
 ``train_both_original_no_cands.txt`` has "partner's persona" lines and a numbering gap.
+Ordinary turns pad the fixture so that its deliberate drops stay under the default loss limit (5% of the
+turns read, ``pipelines.validate.load``), as in the published files.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def result():
 def test_counts_and_drops(result):
     c = result.counts()
     assert {k: c[k] for k in ("episodes", "sessions", "turns", "memories", "queries", "triplets")} == \
-        {"episodes": 3, "sessions": 3, "turns": 10, "memories": 0, "queries": 0, "triplets": 0}
+        {"episodes": 4, "sessions": 4, "turns": 24, "memories": 0, "queries": 0, "triplets": 0}
     assert dict(result.dropped) == {"line_number_gap": 1, "missing_response": 1, "silence_placeholder": 1}
     assert result.examples["line_number_gap"] == [
         f"{FOLDER / 'train_both_original_no_cands.txt'} line 5: number 6 after 4"]
@@ -41,7 +43,7 @@ def test_both_variant_with_partner_persona(result):
 
 
 def test_candidates_variant(result):
-    first, second = result.episodes[1:]
+    first, second = result.episodes[1:3]
     assert (first.id, first.split) == ("valid_self_original:0", "valid")
     assert first.speakers[0].persona == ["i love hiking.", "i have two dogs."]
     assert first.speakers[1].persona == []

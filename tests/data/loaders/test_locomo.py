@@ -6,6 +6,8 @@ evidence ("D1:3; D3:2", "D3:1 D1:2 D1:1"), a malformed id ("D"), an id naming no
 ("D9:9"), a question without evidence, an integer answer, a category 5 question with
 only adversarial_answer, a question without its question, an unparseable date, and an
 observation whose dia_id is a list.
+Ordinary turns pad the fixture so that its deliberate drops stay under the default loss limit (5% of the
+turns read, ``pipelines.validate.load``), as in the published files.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def result():
 def test_counts_and_drops(result):
     c = result.counts()
     assert {k: c[k] for k in ("episodes", "sessions", "turns", "memories", "queries", "triplets")} == \
-        {"episodes": 2, "sessions": 3, "turns": 7, "memories": 5, "queries": 6, "triplets": 0}
+        {"episodes": 2, "sessions": 3, "turns": 21, "memories": 5, "queries": 6, "triplets": 0}
     assert dict(result.dropped) == {"bad_qa": 1, "bad_turn": 1, "date_without_session": 1,
                                     "malformed_evidence": 1, "unparsed_date": 1, "unresolved_evidence": 1}
     assert dict(result.flagged) == {"qa_without_evidence": 1}

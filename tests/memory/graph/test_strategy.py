@@ -126,8 +126,9 @@ PROBES = ["What does Juno collect?", "Where does Wren work?", "Does Vivek fear s
     (Selector.of(sessions=["e:S2"]), {"Vivek afraid of snakes", "Juno lives in Kyoto",
                                       "Juno grows sunflowers"}),
     (Selector.of(turns=["e:S1:T2"]), {"Wren works at a brewery"}),
-    (Selector.of(speakers=["Wren"]), {"Wren works at a brewery",
-                                      "Wren has child a son in kindergarten"}),
+    (Selector.of(speakers=["Wren"]), {"Wren works at a brewery",      # said by Wren,
+                                      "Wren has child a son in kindergarten",
+                                      "Juno collects stamps"}),             # said to Wren (S1 is with Wren)
     (Selector.of(memories=["triplet:0", "triplet:5", "not-a-triplet"]),
      {"Juno collects stamps", "Juno grows sunflowers"}),
 ])

@@ -1,0 +1,74 @@
+"""Two ``python -m pipelines run benchmark`` at once: the second waits for the first, and the report has
+each section once with every file whole (they used to interleave: MDR, G-Long and EMMA sections twice)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from pipelines.data.synthetic import SyntheticConfig, generate, write_splits
+from pipelines.evaluate.stage import (EMMA_DIALOGUE, EMMA_EXAMPLES, EMMA_RETRIEVER, GLONG_EXTRACTOR,
+                                      GLONG_IMPORTANCE, MDR_DECODER, MDR_EXAMPLES, MDR_STUDENT)
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("benchmark_stub_run.py")
+SECTIONS = ("## Response generation (MDR)", "## Triplet extraction (G-Long extractor)", "## EMMA")
+
+
+def _project(root: Path) -> Path:
+    """A project holding canonical synthetic data, the trained models' folders (empty: the strategies that
+    need them are missing) and a synthetic suite of two cheap strategies."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    suite = yaml.safe_load((REPO / "pipelines/evaluate/suites/synthetic.yaml").read_text())
+    suite.update(strategies=["no_history", "bm25"], strategy_settings={})
+    (root / "suite.yaml").parent.mkdir(parents=True, exist_ok=True)
+    (root / "suite.yaml").write_text(yaml.safe_dump(suite))
+    params["benchmark"]["suites"] = [str(root / "suite.yaml")]
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_splits(generate(SyntheticConfig(episodes=6, sessions=3, turns=6, partners=2, queries_per_session=2)),
+                 root / "data/canonical/synthetic")
+    for rel in (MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE, EMMA_EXAMPLES,
+                EMMA_DIALOGUE, EMMA_RETRIEVER):
+        (root / rel).mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def test_two_benchmark_runs_at_once_write_each_section_once(tmp_path):
+    root = _project(tmp_path / "project")
+    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), MNEMOS_STUB_SECONDS="1",
+               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
+               MNEMOS_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri())
+    env.pop("MNEMOS_LOCK_TIMEOUT", None)  # the default: the second run waits for the first
+    runs = [subprocess.Popen([sys.executable, str(DRIVER)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outcomes = [run.communicate(timeout=600) for run in runs]
+    for run, (_, err) in zip(runs, outcomes):
+        assert run.returncode == 0, err[-3000:]
+    assert sum("stage benchmark waits: its lock" in err and "held by stage benchmark, pid" in err
+               for _, err in outcomes) == 1  # one waited for the other, and was told who
+
+    reports = root / "reports"
+    md = (reports / "benchmark.md").read_text(encoding="utf-8")
+    assert md.count("# Memory benchmark: synthetic") == 1
+    for heading in SECTIONS:
+        assert md.count(heading) == 1, f"{heading!r} {md.count(heading)} times"
+    assert md.rstrip().endswith("## EMMA\n\nstub")
+    metrics = json.loads((reports / "metrics.json").read_text(encoding="utf-8"))
+    assert set(metrics["synthetic"]) == {"no_history", "bm25", "mdr_generation", "glong_extractor", "emma"}
+    assert metrics["synthetic"]["emma"] == {"generation/bleu-1": 3.0}
+    lines = (reports / "queries.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines and all(json.loads(line)["suite"] == "synthetic" for line in lines)
+    with open(reports / "plots/synthetic/recall_at_k.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0][0] == "k" and [r[0] for r in rows[1:]] == ["1", "3", "5", "10"]
+    for png in (reports / "plots/synthetic").glob("*.png"):
+        assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and png.read_bytes().endswith(b"IEND\xaeB`\x82")
+    assert not [p for p in reports.rglob("*") if p.name.endswith(".tmp")]  # no temporary left behind
+    for out, _ in outcomes:  # each run's summary line names the report it wrote
+        assert json.loads(out.strip().splitlines()[-1])["report"] == str(reports / "benchmark.md")
