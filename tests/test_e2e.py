@@ -16,20 +16,15 @@ import pytest
 import yaml
 
 from pipelines.config import CODE_ROOT
+from tests.browser.harness import shipped_files
 
 VENV_BIN = Path(sys.executable).parent
 TINY = {"episodes": 6, "sessions": 3, "turns": 6, "partners": 2, "queries_per_session": 2}
 
 
-def _files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=CODE_ROOT,
-                         capture_output=True, text=True, check=True).stdout.split("\n")
-    return [f for f in out if f and (CODE_ROOT / f).is_file()]
-
-
 def copy_project(root: Path) -> None:
     """The committed code (every file git would ship) copied into ``root``, with smaller synthetic knobs."""
-    for rel in _files():
+    for rel in shipped_files():
         dest = root / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(CODE_ROOT / rel, dest)

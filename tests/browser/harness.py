@@ -73,11 +73,16 @@ def browser_params() -> dict:
 
 # --------------------------------------------------------------------------- the project copy
 
+# What a run of the checkout leaves beside the code and git does not ignore: dvc.lock records that run's stages
+# (make run writes it), not the code, so a fresh project copy starts without it.
+RUN_STATE = frozenset({"dvc.lock"})
+
+
 def shipped_files() -> list[str]:
-    """Every file git would ship from the checkout (tracked, plus untracked and not ignored)."""
+    """Every file git would ship from the checkout (tracked, plus untracked and not ignored), but its run state."""
     out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=CODE_ROOT,
                          capture_output=True, text=True, check=True).stdout.split("\n")
-    return [f for f in out if f and (CODE_ROOT / f).is_file()]
+    return [f for f in out if f and f not in RUN_STATE and (CODE_ROOT / f).is_file()]
 
 
 def free_port() -> int:
