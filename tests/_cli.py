@@ -23,3 +23,22 @@ def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.Com
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+LOCOMO_FIXTURE = REPO / "tests" / "data" / "loaders" / "fixtures" / "locomo10_fixture.json"
+
+
+def locomo_without_text(tmp_path: Path) -> Path:
+    """The LoCoMo fixture with every turn's ``text`` renamed (issue 15: it used to ingest with exit 0, 0 turns and
+    validation 'passed')."""
+    import json
+
+    data = json.loads(LOCOMO_FIXTURE.read_text(encoding="utf-8"))
+    for conversation in data:
+        for key, turns in conversation["conversation"].items():
+            if key.startswith("session_") and isinstance(turns, list):
+                for turn in turns:
+                    turn["txt"] = turn.pop("text", "")
+    path = tmp_path / "locomo10.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._cli import REPO, run_cli, tmp_project
+from tests._cli import REPO, locomo_without_text, run_cli, tmp_project
 
 LONGMEMEVAL = REPO / "tests" / "fixtures" / "longmemeval_official" / "longmemeval_tiny.json"
 SMALL = ["--set", "synthetic.episodes=6", "--set", "synthetic.sessions=3"]
@@ -130,19 +130,6 @@ def _error(proc) -> str:
     return errors[0]
 
 
-def _locomo_without_text(tmp_path: Path) -> Path:
-    """LoCoMo with every turn's ``text`` renamed: it used to ingest with exit 0, 0 turns, validation 'passed'."""
-    data = json.loads(LOCOMO.read_text(encoding="utf-8"))
-    for conversation in data:
-        for key, turns in conversation["conversation"].items():
-            if key.startswith("session_") and isinstance(turns, list):
-                for turn in turns:
-                    turn["txt"] = turn.pop("text", "")
-    path = tmp_path / "locomo10.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
-
-
 @pytest.mark.parametrize("suite, path, dropped", [("longmemeval_s", LME_QUIRKS, {"blank_turn": 3}),
                                                   ("realmem", REALMEM_QUIRKS, {"blank_turn": 3})])
 def test_published_quirks_ingest_and_benchmark(tmp_path, suite, path, dropped):
@@ -171,7 +158,7 @@ def test_published_quirks_ingest_and_benchmark(tmp_path, suite, path, dropped):
 
 
 def test_ingest_refuses_a_load_that_lost_every_turn(tmp_path):
-    bad, out = _locomo_without_text(tmp_path), tmp_path / "out"
+    bad, out = locomo_without_text(tmp_path), tmp_path / "out"
     proc = run_cli(["ingest", "--source", "locomo", "--path", str(bad), "--out", str(out)], tmp_project(tmp_path / "p"))
     assert proc.returncode != 0
     error = _error(proc)
@@ -203,7 +190,7 @@ def test_dropped_turn_share_is_set_on_the_command_line(tmp_path):
 
 
 def test_benchmark_refuses_a_load_that_lost_every_turn(tmp_path):
-    bad = _locomo_without_text(tmp_path)
+    bad = locomo_without_text(tmp_path)
     proc = run_cli(["benchmark", "--suite", "locomo", "--path", str(bad), "--strategies", "bm25",
                     "--out", str(tmp_path / "out"), "-q"], tmp_project(tmp_path / "p"))
     assert proc.returncode != 0 and "every one of the 22 turns read was left out" in _error(proc)

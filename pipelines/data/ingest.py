@@ -54,11 +54,11 @@ def load_source(source: str, path: str | os.PathLike) -> LoadResult:
 
 
 def max_dropped_turn_share(config: Mapping[str, Any] | None) -> float:
-    """params.yaml ``ingest.max_dropped_turn_share`` of a resolved config (the rule's default when unset;
-    ``validate`` refuses a value outside [0, 1])."""
-    from pipelines.validate.rules import MAX_DROPPED_TURN_SHARE
+    """params.yaml ``ingest.max_dropped_turn_share`` of a resolved config, read through its declaration
+    (``pipelines.config_schema.IngestSettings``: the default when unset, a value outside [0, 1] refused)."""
+    from pipelines.config_schema import IngestSettings
 
-    return ((config or {}).get("ingest") or {}).get("max_dropped_turn_share", MAX_DROPPED_TURN_SHARE)
+    return IngestSettings(**((config or {}).get("ingest") or {})).max_dropped_turn_share
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pipelines.data import ingest as ingest_mod
 from pipelines.data.ingest import COUNTS_FILE, ingest, load_and_validate, load_source, main, write_canonical
 from pipelines.data.schema import read_episodes
 from pipelines.errors import ConfigError, DataError, ValidationFailed
+from tests._cli import locomo_without_text
 
 FIXTURES = Path(__file__).parent / "loaders" / "fixtures"
 LOCOMO = FIXTURES / "locomo10_fixture.json"
@@ -47,23 +48,10 @@ def test_ingest_writes_splits_and_counts(tmp_path):
     assert [p.name for p in tmp_path.joinpath("canonical").iterdir()] == ["locomo"]  # no temp left
 
 
-def _renamed_text(tmp_path: Path) -> Path:
-    """The LoCoMo fixture with every turn's ``text`` renamed (the issue's case: exit 0 with 0 turns before)."""
-    data = json.loads(LOCOMO.read_text())
-    for conversation in data:
-        for key, turns in conversation["conversation"].items():
-            if key.startswith("session_") and isinstance(turns, list):
-                for turn in turns:
-                    turn["txt"] = turn.pop("text", "")
-    path = tmp_path / "locomo10.json"
-    path.write_text(json.dumps(data))
-    return path
-
-
 def test_a_load_that_lost_every_turn_fails_and_writes_nothing(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(ValidationFailed, match="every one of the 22 turns read was left out: bad_turn: 22") as info:
-        ingest("locomo", _renamed_text(tmp_path), out, report=True)
+        ingest("locomo", locomo_without_text(tmp_path), out, report=True)
     assert info.value.rule == "load_loss_within_limit" and "field 'text': missing required field" in str(info.value)
     assert not out.exists()
     report = json.loads((tmp_path / "out.validation.json").read_text())  # the report says why, all the same
