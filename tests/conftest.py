@@ -22,3 +22,22 @@ def mlflow_store(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MNEMOS_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
     return uri
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    """The folder of a tiny random Llama with a chat template (tests/llm/_tiny.py), one per session."""
+    from tests.llm._tiny import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama") / "model")
+
+
+@pytest.fixture(scope="session")
+def smollm2_models(tmp_path_factory):
+    """A models folder holding the shipped SmolLM2 GGUF converted once per session (about 20 s on 2 cores):
+    point ``MNEMOS_LLM_MODELS`` at it so a project copy or a CLI run reuses it instead of converting again."""
+    from pipelines.llm.local import resolve_model
+
+    models = tmp_path_factory.mktemp("llm-models")
+    resolve_model("smollm2-135m-instruct", models)
+    return models

@@ -23,7 +23,7 @@ def synthetic_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cli_synthetic")
     root, out = tmp_project(tmp / "project"), tmp / "report"
     proc = run_cli(["benchmark", "--suite", "synthetic", "--strategies", "no_history,bm25,mdr", "--out", str(out),
-                    "--cache-dir", str(tmp / "cache"), "-q", *SMALL], root)
+                    "--cache-dir", str(tmp / "cache"), "--no-answers", "-q", *SMALL], root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, out, root
 
@@ -152,7 +152,7 @@ def test_published_quirks_ingest_and_benchmark(tmp_path, suite, path, dropped):
 
     out = tmp_path / "report"
     proc = run_cli(["benchmark", "--suite", suite, "--path", str(path), "--strategies", "bm25", "--out", str(out),
-                    "-q"], root)
+                    "--no-answers", "-q"], root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])[suite]["bm25"]["queries"] > 0
 
@@ -209,3 +209,35 @@ def test_benchmark_that_scores_no_query_fails(tmp_path):
     error = _error(proc)
     assert "benchmark suite 'longmemeval_s' scores no query" in error and "abstention: 4" in error
     assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+
+
+@pytest.mark.slow
+def test_the_synthetic_suite_is_answered_and_judged_by_the_local_default_model(tmp_path, smollm2_models,
+                                                                              monkeypatch):
+    """The issue's make-run path in small: SmolLM2-135M-Instruct (the shipped GGUF, converted once) answers 2
+    questions per reader and judges them (LongMemEval's yes/no answer check), token F1 beside it, through the CLI."""
+    monkeypatch.setenv("MNEMOS_LLM_MODELS", str(smollm2_models))
+    root, out, cache = tmp_project(tmp_path / "p"), tmp_path / "report", tmp_path / "llm"
+    proc = run_cli(["benchmark", "--suite", "synthetic", "--strategies", "bm25", "--out", str(out),
+                    "--cache-dir", str(tmp_path / "embeddings"), "--llm-cache-dir", str(cache), "-q", *SMALL,
+                    "--set", "llm.max_questions=2", "--set", "llm.reader.max_new_tokens=8",
+                    "--set", "llm.full_history_tokens=64"], root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])["synthetic"]
+    assert {"bm25", "full_history", "oracle"} <= set(metrics)
+    rows = [json.loads(line) for line in (out / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
+    answers = [r for r in rows if r["kind"] == "answer"]
+    readers = {}
+    for r in answers:
+        readers.setdefault(r["reader"], set()).add(r["query_id"])
+        assert isinstance(r["answer"], str) and r["completion_tokens"] <= 8 and "token_f1" in r["verdicts"]
+        assert "answer_check" in r["verdicts"]  # the model judged it (a verdict, or counted unparseable)
+    assert set(readers) == {"bm25", "full_history", "oracle"} and any(r["answer"] for r in answers)
+    assert len({frozenset(q) for q in readers.values()}) == 1 and len(next(iter(readers.values()))) == 2
+    full = [r for r in answers if r["reader"] == "full_history"]
+    assert full and all(0 < len(r["context"].split()) <= 64 for r in full)  # llm.full_history_tokens caps it
+    assert "local:smollm2-135m-instruct" in (out / "benchmark.md").read_text(encoding="utf-8")
+    assert any((cache / "responses").rglob("*.json"))  # the responses cache, where the option put it
+    assert sorted(p.name for p in root.iterdir()) == ["params.yaml"]  # nothing written into the project

@@ -215,3 +215,36 @@ def test_cli_benchmark_refuses_a_bad_config_before_writing(project, capsys, tmp_
     assert "unknown key benchmark.strategy_settings.bm25.k; did you mean benchmark.strategy_settings.bm25.k1?" \
         in capsys.readouterr().err
     assert not out.exists()
+
+
+# --- llm: the reader and the judge of answer-level evaluation ------------------------------------------------------
+
+@pytest.mark.parametrize("text,message", [
+    ("llm.reader.modle=x", "unknown key llm.reader.modle; did you mean llm.reader.model?"),
+    ("llm.readr.model=x", "unknown key llm.readr; did you mean llm.reader?"),
+    ("llm.judge.backend=nope", "llm.judge (set in run-time overrides (--set, Dagster run config)): llm.backend is "
+                               "'nope': choose one of local, openai."),
+    ("llm.reader.max_new_tokens=0", "llm.reader (set in run-time overrides (--set, Dagster run config)): "
+                                    "llm.max_new_tokens is 0: it must be a positive integer."),
+    ("llm.max_questions=0", "llm.max_questions must be a positive integer, got 0."),
+    ("llm.full_history_tokens=-5", "llm.full_history_tokens must be a positive integer, got -5."),
+    ("llm.trace_sample=2", "llm.trace_sample must lie in [0, 1]"),
+    ("llm.judge=3", "llm.judge is a section, a mapping of keys (write {} for none, or null), got 3."),
+    ("llm.reader=null", "llm.reader is a section, a mapping of keys (write {} for none), got None."),
+])
+def test_llm_settings_are_checked(text, message, monkeypatch):
+    monkeypatch.delenv("MNEMOS_PROFILE", raising=False)
+    with pytest.raises(ConfigError) as err:
+        cfg.resolve(cfg.parse_overrides([text], "--set"))
+    assert message in str(err.value)
+
+
+def test_llm_defaults_per_profile_and_a_judge_of_its_own(monkeypatch):
+    monkeypatch.delenv("MNEMOS_PROFILE", raising=False)
+    tiny, paper = cfg.resolve({"profile": "tiny"}), cfg.resolve({"profile": "paper"})
+    assert tiny["llm"]["max_questions"] == 6 and paper["llm"]["max_questions"] is None  # make run stays short
+    assert tiny["llm"]["judge"] is None and tiny["llm"]["reader"]["model"] == "smollm2-135m-instruct"
+    out = cfg.resolve(cfg.parse_overrides(["llm.judge={backend: openai, base_url: 'http://127.0.0.1:8000/v1', "
+                                           "model: judge-model}", "llm.max_questions=null"], "--set"))
+    assert out["llm"]["judge"]["model"] == "judge-model" and out["llm"]["max_questions"] is None
+    assert out["llm"]["reader"]["backend"] == "local"

@@ -30,6 +30,7 @@ def copy_project(root: Path) -> None:
         shutil.copy2(CODE_ROOT / rel, dest)
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["synthetic"].update(TINY)
+    params["llm"]["max_questions"] = 2  # the local model answers 2 questions per reader (the tiny profile: 6)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
@@ -40,15 +41,17 @@ def git_init(root: Path, env: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    """A fresh git + DVC project holding the committed code, with smaller synthetic knobs."""
+def project(tmp_path_factory, smollm2_models):
+    """A fresh git + DVC project holding the committed code, with smaller synthetic knobs (the shipped reader
+    model converted once per test session: MNEMOS_LLM_MODELS)."""
     root = tmp_path_factory.mktemp("project")
     copy_project(root)
     home = root / ".dagster_home"
     home.mkdir(exist_ok=True)
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", MNEMOS_ROOT=str(root),
                DAGSTER_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}",
-               MNEMOS_ARTIFACT_ROOT=(root / "mlflow" / "artifacts").as_uri(), PYTHONPATH=str(root))
+               MNEMOS_ARTIFACT_ROOT=(root / "mlflow" / "artifacts").as_uri(), PYTHONPATH=str(root),
+               MNEMOS_LLM_MODELS=str(smollm2_models))
     git_init(root, env)
     return root, env
 
@@ -110,14 +113,16 @@ def test_dagster_select_then_dvc_repro_then_cli_run_the_same_stages(project):
     shown = json.loads(sh(project, "dvc", "metrics", "show", "--json").stdout)[""]["data"]
     suite = yaml.safe_load((root / "pipelines/evaluate/suites/synthetic.yaml").read_text())
     ran = [s for s in suite["strategies"] if "missing" not in metrics["synthetic"][s]]
-    assert ran and sorted(shown) == sorted(f"reports/headline/synthetic/{s}.json" for s in suite["strategies"])
+    readers = [*suite["strategies"], *suite["answers"]["references"]]  # the reference readers answer too
+    assert ran and sorted(shown) == sorted(f"reports/headline/synthetic/{s}.json" for s in readers)
     for strategy in ran:  # the headline figures are metrics.json's, a handful per strategy
         figures = shown[f"reports/headline/synthetic/{strategy}.json"]["data"]
-        assert 1 <= len(figures) <= 5 and "context_tokens" in figures
+        assert 1 <= len(figures) <= 6 and "context_tokens" in figures
+        assert any(key.startswith("answers/") for key in figures), figures  # its answer accuracy
         assert all(metrics["synthetic"][strategy][key] == pytest.approx(v, abs=1e-4) for key, v in figures.items())
-    table = sh(project, "dvc", "metrics", "show").stdout.splitlines()  # one row per strategy, a few columns
-    assert len(table) == 1 + len(suite["strategies"]) and table[0].split()[0] == "Path", "\n".join(table)
-    assert 2 <= len(table[0].split()) <= 6, table[0]
+    table = sh(project, "dvc", "metrics", "show").stdout.splitlines()  # one row per reader, a few columns
+    assert len(table) == 1 + len(readers) and table[0].split()[0] == "Path", "\n".join(table)
+    assert 2 <= len(table[0].split()) <= 8, table[0]
     # Same stages, same (deterministic) data, whoever runs them.
     assert (root / "data/canonical/synthetic/test.jsonl").read_bytes() == first
     # 3. The CLI reruns one stage by hand.

@@ -26,25 +26,66 @@ Rules:
   tokens are counted with the strategy's token counter.
 - Before the loop, one strategy instance gets ``prepare(episodes)`` so that pure, text-only work
   (embedding every turn) is batched; it adds nothing to memory, so it cannot leak.
+
+Answer-level evaluation (``ProtocolConfig.answers``, an :class:`AnswerRequest`; None: nothing is recorded and
+the loop is what it was): for each query the request names, the loop also keeps what a reader model will be
+given, at the query's time: the text of ``context(query, budget_tokens)`` (setting ``context``) and, for each k
+of the request, the strategy's top k retrieved items rendered as the context renders them (setting ``top<k>``:
+G-Long's Accuracy@k). Abstention queries are answered too (a reader should refuse): they are retrieved for
+although they are never scored. A query whose evidence is not earlier than its session is never answered
+(:func:`answerable`: the memory cannot hold the answer). The request's ``probes`` are extra queries asked in a
+session only for their context, never scored nor counted (the response task: the partner's utterance before
+each response of a dialogue). The retrieval scores and exclusions do not change.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError, DataError
 from pipelines.evaluate.metrics import longmemeval_turn2session, retrieval_metrics
-from pipelines.memory import MemoryStrategy, Retrieved, TokenCounter, build_strategy
+from pipelines.memory import MemoryStrategy, Retrieved, TokenCounter, build_strategy, pack_context
 
 EXCLUSION_REASONS = ("abstention", "evidence_not_earlier", "no_evidence", "no_scored_granularity")
 _ID_FIELD = {"turn": "turn_id", "session": "session_id", "memory": "memory_id"}
 MAX_SESSION_GROUPS = 10  # per-session tables and plots: one column per session up to this many, else ranges
+
+
+@dataclass(frozen=True)
+class AnswerRequest:
+    """What the protocol records for answer-level evaluation (see the module docstring)."""
+
+    queries: frozenset[tuple[str, str]] = frozenset()  # (episode id, query id) whose contexts are recorded
+    ks: tuple[int, ...] = ()             # top<k> settings: the top k retrieved items, rendered (Accuracy@k)
+    probes: Mapping[str, tuple[Query, ...]] = field(default_factory=dict)  # episode id -> context-only queries
+
+    def __post_init__(self) -> None:
+        ks = tuple(self.ks)
+        if any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in ks):
+            raise ConfigError(f"answer ks must be positive integers, got {list(ks)}.")
+        object.__setattr__(self, "ks", tuple(sorted(set(ks))))
+        object.__setattr__(self, "queries", frozenset(self.queries))
+
+    def wants(self, episode_id: str, query_id: str) -> bool:
+        return (episode_id, query_id) in self.queries
+
+
+@dataclass(frozen=True)
+class AnswerContext:
+    """What one reader setting of one strategy is given for one query (recorded under an AnswerRequest)."""
+
+    episode_id: str
+    query_id: str
+    setting: str                 # "context" (context(query, budget_tokens)) or "top<k>"
+    text: str
+    tokens: int                  # tokens of ``text`` (the strategy's token counter)
 
 
 @dataclass(frozen=True)
@@ -56,6 +97,7 @@ class ProtocolConfig:
     depth: int | None = None             # items ranked per query (MRR, session rankings); None: all held
     show_progress: bool = True           # tqdm bar over episodes
     session_scoring: str = "dedup"       # "dedup", or "longmemeval": official turn2session metrics
+    answers: AnswerRequest | None = None  # record the readers' contexts of these queries (None: record nothing)
 
     def __post_init__(self) -> None:
         ks = tuple(self.ks)
@@ -109,6 +151,7 @@ class ProtocolResult:
     episodes: int
     scores: list[QueryScore]
     excluded: list[Exclusion]
+    contexts: list[AnswerContext] = field(default_factory=list)  # recorded under ProtocolConfig.answers
     _aggregate: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def exclusion_counts(self) -> dict[str, int]:
@@ -159,11 +202,10 @@ def _evidence(episode: Episode, query: Query, turn_session: dict[str, str], memo
     return {"turn": set(query.evidence_turns), "session": session_ev, "memory": set(query.evidence_memories)}
 
 
-def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: ProtocolConfig,
-                     name: str | None = None) -> tuple[list[QueryScore], list[Exclusion]]:
-    """Run RealMem's temporal loop over one episode with ``strategy`` (reset first)."""
-    name = name or strategy.name
-    strategy.reset()
+def _layout(episode: Episode) -> tuple[list, dict[str, int], dict[str, str], dict[str, str], dict]:
+    """(sessions in time order, session id -> position, turn id -> session id, memory id -> session id,
+    session id (None: after the last) -> the queries asked in it); DataError for a query asked in a session
+    the episode does not have."""
     sessions = sorted(episode.sessions, key=lambda s: s.index)
     position = {s.id: p for p, s in enumerate(sessions)}
     turn_session = {t.id: s.id for s in sessions for t in s.turns}
@@ -175,31 +217,95 @@ def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: Protoco
                             record=f"episode {episode.id}, query {query.id}", field="session_id",
                             rule="query_session_resolves")
         asked_in[query.session_id].append(query)
+    return sessions, position, turn_session, memory_session, asked_in
+
+
+def _evidence_sessions(evidence: dict[str, set[str]], turn_session: dict[str, str],
+                       memory_session: dict[str, str]) -> set[str]:
+    """Every session the evidence lies in (its sessions, and the sessions of its turns and memories)."""
+    return (evidence["session"] | {turn_session[t] for t in evidence["turn"]}
+            | {memory_session[m] for m in evidence["memory"]})
+
+
+def _not_earlier(query: Query, ev_sessions: set[str], pos: int, position: dict[str, int]) -> bool:
+    """The rule of exclusion ``evidence_not_earlier``: flagged by the loader, or evidence in the session the
+    query is asked in (position ``pos``) or a later one."""
+    return "evidence_not_earlier" in query.flags or any(position.get(s, pos) >= pos for s in ev_sessions)
+
+
+def answerable(episode: Episode) -> list[tuple[Query, str | None]]:
+    """Every query of ``episode`` (in its order) with None when a reader can answer it from the memory, else
+    the reason it cannot (``evidence_not_earlier``: the answer lies in the session the query is asked in or
+    a later one). Abstention queries and queries without evidence are answerable (their answer, or the
+    refusal, is known); the rule is the protocol's own, so it is the same for every strategy."""
+    sessions, position, turn_session, memory_session, asked_in = _layout(episode)
+    out = []
+    for query in episode.queries:
+        pos = position[query.session_id] if query.session_id is not None else len(sessions)
+        evidence = _evidence(episode, query, turn_session, memory_session, set(position))
+        late = _not_earlier(query, _evidence_sessions(evidence, turn_session, memory_session), pos, position)
+        out.append((query, "evidence_not_earlier" if late else None))
+    return out
+
+
+def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: ProtocolConfig,
+                     name: str | None = None, contexts: list[AnswerContext] | None = None
+                     ) -> tuple[list[QueryScore], list[Exclusion]]:
+    """Run RealMem's temporal loop over one episode with ``strategy`` (reset first). Under
+    ``config.answers`` the readers' contexts of the requested queries and probes are appended to
+    ``contexts``."""
+    name = name or strategy.name
+    strategy.reset()
+    sessions, position, turn_session, memory_session, asked_in = _layout(episode)
+    request = config.answers
+    if request is not None and contexts is None:
+        raise ValueError("evaluate_episode: config.answers is set, so pass a list to receive the contexts.")
 
     scores: list[QueryScore] = []
     excluded: list[Exclusion] = []
     observed: set[str] = set()
 
-    def ask(query: Query, pos: int, session_index: int) -> None:
-        def skip(reason: str) -> None:
-            excluded.append(Exclusion(name, episode.id, query.id, reason))
-
-        if query.abstention:
-            return skip("abstention")
-        evidence = _evidence(episode, query, turn_session, memory_session, set(position))
-        ev_sessions = (evidence["session"] | {turn_session[t] for t in evidence["turn"]}
-                       | {memory_session[m] for m in evidence["memory"]})
-        if "evidence_not_earlier" in query.flags or any(position.get(s, pos) >= pos for s in ev_sessions):
-            return skip("evidence_not_earlier")
-        if not any(evidence.values()):
-            return skip("no_evidence")
-        depth = config.depth or max(len(strategy), max(config.ks))
-        items = strategy.retrieve(query, depth)
+    def retrieve(query: Query, k: int) -> list[Retrieved]:
+        items = strategy.retrieve(query, k)
         leaked = sorted({i.session_id for i in items if i.session_id is not None} - observed)
         if leaked:
             raise RuntimeError(f"strategy {name!r} returned items of session(s) {leaked} for query {query.id} "
                                f"of episode {episode.id}, which it has not observed: a temporal leak.")
-        tokens = strategy.counter.count(strategy.context(query, config.budget_tokens))
+        return items
+
+    def record(query: Query, text: str | None = None, tokens: int | None = None,
+               items: list[Retrieved] | None = None, depth: int = 0) -> None:
+        """The reader's contexts of ``query`` (what was already computed for scoring is reused)."""
+        if text is None:
+            text = strategy.context(query, config.budget_tokens)
+            tokens = strategy.counter.count(text)
+        contexts.append(AnswerContext(episode.id, query.id, "context", text, tokens))
+        if not request.ks:
+            return
+        if items is None or depth < max(request.ks):
+            items = retrieve(query, max(request.ks))
+        dates = getattr(strategy.config, "include_dates", True)
+        for k in request.ks:  # the top k items, unbudgeted, rendered as the context renders its items
+            top = pack_context(items[:k], sys.maxsize, strategy.counter, dates)
+            contexts.append(AnswerContext(episode.id, query.id, f"top{k}", top, strategy.counter.count(top)))
+
+    def ask(query: Query, pos: int, session_index: int) -> None:
+        def skip(reason: str) -> None:
+            excluded.append(Exclusion(name, episode.id, query.id, reason))
+
+        wanted = request is not None and request.wants(episode.id, query.id)
+        if query.abstention and not wanted:
+            return skip("abstention")
+        evidence = _evidence(episode, query, turn_session, memory_session, set(position))
+        if _not_earlier(query, _evidence_sessions(evidence, turn_session, memory_session), pos, position):
+            return skip("abstention" if query.abstention else "evidence_not_earlier")
+        if query.abstention or not any(evidence.values()):
+            skip("abstention" if query.abstention else "no_evidence")
+            return record(query) if wanted else None
+        depth = config.depth or max(len(strategy), max(config.ks))
+        items = retrieve(query, depth)
+        text = strategy.context(query, config.budget_tokens)
+        tokens = strategy.counter.count(text)
         scored = False
         for granularity in strategy.granularities:
             relevant = evidence.get(granularity)
@@ -214,15 +320,24 @@ def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: Protoco
             scored = True
         if not scored:
             skip("no_scored_granularity")
+        if wanted:
+            record(query, text, tokens, items, depth)
 
+    probes: dict[str | None, list[Query]] = defaultdict(list)
+    for probe in (request.probes.get(episode.id, ()) if request is not None else ()):
+        probes[probe.session_id].append(probe)
     for pos, session in enumerate(sessions):
         for query in asked_in.get(session.id, []):
             ask(query, pos, session.index)
+        for probe in probes.get(session.id, []):
+            record(probe)
         strategy.observe(episode, session)
         observed.add(session.id)
     after_last = (sessions[-1].index + 1) if sessions else 0
     for query in asked_in.get(None, []):
         ask(query, len(sessions), after_last)
+    for probe in probes.get(None, []):
+        record(probe)
     return scores, excluded
 
 
@@ -247,11 +362,12 @@ def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], Memor
         build().prepare(episodes)  # batched pure precomputation (embeddings); memory stays empty
     scores: list[QueryScore] = []
     excluded: list[Exclusion] = []
+    contexts: list[AnswerContext] = []
     for episode in tqdm(episodes, desc=f"benchmark {label}", unit="episode", disable=not config.show_progress):
-        s, e = evaluate_episode(episode, build(), config, name=label)
+        s, e = evaluate_episode(episode, build(), config, name=label, contexts=contexts)
         scores.extend(s)
         excluded.extend(e)
-    return ProtocolResult(label, len(episodes), scores, excluded)
+    return ProtocolResult(label, len(episodes), scores, excluded, contexts)
 
 
 def _group(scores: Sequence[QueryScore]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ nothing for any query is flagged (a note under the tables and plots, a logged wa
   sits beside its strategies under ``"mdr_generation"`` with keys ``"bleu-1"``.. ``"bleu-4"``, ``"rouge-l"``,
   ``"dist-n"``, ``"c_dist-n"``, ``"s_dist-n"``, ``"responses"``, ``"examples_total"``, per session
   ``"session_<n>/<metric>"`` and the mean over sessions 2-5 (G-Long's tables) ``"sessions_2-5/<metric>"``;
-- ``queries.jsonl``: one line per (suite, strategy, query, granularity) with its metrics;
+- ``queries.jsonl``: one line per (suite, strategy, query, granularity) with its metrics (``kind: retrieval``);
 - per suite, ``plots/<suite>/recall_at_k.png`` (recall@k against k, a line per strategy, a panel
   per granularity), ``recall_by_session.png`` (recall@K against the session, or range of sessions, a
   query is asked in), ``tokens_vs_recall.png`` (mean context tokens against recall@K), each with the
@@ -32,6 +32,11 @@ nothing for any query is flagged (a note under the tables and plots, a logged wa
   ``recall_at_k.csv`` (column ``k`` and one column ``<granularity>/<strategy>`` each: a DVC plot with
   x = k), and with more than one session scored for generation ``generation_by_session.png`` (BLEU-1
   and ROUGE-L against the session number).
+
+With a suite's answer run (``answers``: a language model answered its questions from each strategy's memory
+and from the reference readers', judges scored the answers), its section gains an "Answers" part, metrics.json
+``answers/...`` keys per reader, queries.jsonl one ``kind: answer`` line per answer and the plots
+``accuracy_vs_tokens.png`` (pipelines.evaluate.answers.section says what each shows).
 
 "Best" is the highest value for every retrieval metric; ``context_tokens`` and ``queries`` are
 reported, not ranked. A column where every strategy ties has no bold value. An oracle strategy (its
@@ -47,7 +52,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from pipelines import atomic
 from pipelines.atomic import atomic_write
@@ -58,6 +63,9 @@ from pipelines.evaluate.protocol import (ProtocolConfig, ProtocolResult, aggrega
                                          run_protocol, session_ranges)
 from pipelines.evaluate.suite import Suite
 from pipelines.memory import GRANULARITIES, STRATEGIES, TokenCounter, missing_models
+
+if TYPE_CHECKING:
+    from pipelines.evaluate.answers.run import AnswerRun
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # distinct markers so overlapping points stay readable
 GENERATION_COLUMNS = ("bleu-1", "bleu-2", "bleu-3", "bleu-4", "rouge-l", "dist-1", "dist-2", "c_dist-1", "c_dist-2",
@@ -366,7 +374,7 @@ class SuiteRun:
 
 def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
                    tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None,
-                   generation: dict[str, dict[str, Any]] | None = None) -> SuiteRun:
+                   generation: dict[str, dict[str, Any]] | None = None, answers: Any = None) -> SuiteRun:
     """Run each strategy of ``suite`` over ``episodes``, then the suite's generators; ``settings``
     (strategy -> config fields) go under the suite's own ``strategy_settings``; ``generation``
     (generator -> settings: ``teacher`` / ``student`` / ``decoder`` folders, ``max_new_tokens``,
@@ -374,13 +382,15 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
     project root). A strategy that cannot run on ``episodes`` (its class's ``unavailable``: e.g. session
     summaries that the data does not have) or whose model is not trained is not run and is recorded in
     ``missing`` with the reason; a generator whose model is missing in ``generation_missing``. A strategy
-    that ran but retrieved nothing for any query is logged as a warning (and noted in the report)."""
+    that ran but retrieved nothing for any query is logged as a warning (and noted in the report). ``answers``
+    (a protocol AnswerRequest, pipelines.evaluate.answers.readers.answer_request) makes the protocol record the
+    readers' contexts of those questions in each ProtocolResult (the retrieval figures do not change)."""
     settings = settings or {}
     unknown = sorted(set(settings) - set(suite.strategies))
     if unknown:
         raise ConfigError(f"settings are given for strategies {unknown} that suite {suite.name!r} does not run.")
     config = ProtocolConfig(ks=suite.ks, budget_tokens=suite.budget_tokens, depth=depth,
-                            show_progress=show_progress, session_scoring=suite.session_scoring)
+                            show_progress=show_progress, session_scoring=suite.session_scoring, answers=answers)
     counter = TokenCounter.from_config(tokenizer)
     results: dict[str, ProtocolResult] = {}
     missing: dict[str, str] = {}
@@ -400,7 +410,8 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
             missing[name] = str(exc)
     require_scored_queries(suite, episodes, results)
     scored, not_scored = run_generation(suite, episodes, generation, show_progress)
-    if not scored and not any(r.scores for r in results.values()):  # no query scored and no response generated
+    answering = answers is not None and bool(answers.queries)  # the answers of its questions are scored
+    if not scored and not answering and not any(r.scores for r in results.values()):  # nothing scored at all
         raise NothingToScore(f"benchmark suite {suite.name!r} scores nothing on its {len(episodes)} episodes: "
                              f"{sum(len(e.queries) for e in episodes)} queries, no strategy scored one ("
                              f"ran: {', '.join(results) or 'none'}), and no response generation was scored ("
@@ -563,8 +574,10 @@ def _generation_markdown(run: SuiteRun, profile: str) -> list[str]:
     return lines
 
 
-def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
-    """(the suite's section of benchmark.md, its granularity tables alone for Dagster metadata)."""
+def _suite_markdown(run: SuiteRun, profile: str = "tiny", answers: AnswerRun | None = None,
+                    summary: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """(the suite's section of benchmark.md, its granularity tables alone for Dagster metadata); with the
+    suite's ``answers`` (an AnswerRun and its ``summary``), its "Answers" part and tables too."""
     suite, results, ks = run.suite, run.results, run.suite.ks
     tables = granularity_tables(results, ks, suite.metrics, run.missing)
     k = headline_k(ks)
@@ -616,6 +629,13 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
             for g, t in parts:
                 lines += [f"{g} granularity:", "", t, ""]
     lines += _generation_markdown(run, profile)
+    if answers is not None:
+        from pipelines.evaluate.answers.section import answers_markdown
+
+        text, answer_tables = answers_markdown(answers, summary, run.missing, suite.budget_tokens,
+                                               category_names(suite.source))
+        lines.append(text)
+        main += f"\n\n### Answers\n\n{answer_tables}"
     ref = suite.reference
     if ref.get("rows") or ref.get("note"):
         label = "comparable" if ref.get("comparable") else "not comparable with this run"
@@ -631,31 +651,57 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny") -> tuple[str, str]:
 
 def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: str = "tiny",
                  models: dict[str, str] | None = None, sections: Sequence[str] = (),
-                 section_metrics: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> dict[str, Any]:
+                 section_metrics: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+                 answers: Sequence[AnswerRun] = ()) -> dict[str, Any]:
     """Write benchmark.md, metrics.json, queries.jsonl and the plots of ``runs`` under ``out_dir``.
 
     ``models`` maps a model to its size / description for the header (e.g. ``{"mdr decoder":
     "GPT-2 2x64"}``). ``sections`` (markdown) end benchmark.md and ``section_metrics`` (suite -> key ->
-    metric -> value) join metrics.json: the benchmark stage's trained-method sections. The whole report is
-    composed in memory and every file written once, whole (pipelines.atomic).
+    metric -> value) join metrics.json: the benchmark stage's trained-method sections. ``answers``: the
+    suites' answer runs (pipelines.evaluate.answers.run.AnswerRun, at most one per suite): each adds an "Answers"
+    part to its suite's section, ``answers/...`` keys to each reader in metrics.json (the reference readers
+    ``full_history`` and ``oracle`` beside the strategies) and the reader's and judge's call figures under
+    ``llm``, one ``kind: answer`` line per answer to queries.jsonl (whose retrieval lines are ``kind:
+    retrieval``) and ``plots/<suite>/accuracy_vs_tokens.png``. The whole report is composed in memory and
+    every file written once, whole (pipelines.atomic).
     Returns ``{"metrics", "markdown" (suite -> tables), "plots" (paths), "files", "counts" (suite ->
     strategy -> counts), "missing" (suite -> strategy -> why), "generation_missing" (suite -> generator
-    -> why), "dvc_plot" (the first suite's recall CSV: path, x, y)}``.
+    -> why), "dvc_plot" (the first suite's recall CSV: path, x, y), "answers" (suite -> reader -> setting ->
+    figures: pipelines.evaluate.answers.aggregate.summarise), "answers_missing" (suite -> reader -> why)}``.
     """
+    from pipelines.evaluate.answers import section as answer_section
+    from pipelines.evaluate.answers.aggregate import summarise
+
     if not runs:
         raise ConfigError("no suite to report.")
+    by_suite = {run.suite.name: run for run in runs}
+    answer_runs = {a.suite: a for a in answers}
+    unknown = [a.suite for a in answers if a.suite not in by_suite]
+    if unknown or len(answer_runs) < len(answers):
+        raise ConfigError(f"answers are given for suites {sorted(unknown) or sorted(answer_runs)} that are not "
+                          f"reported once each (suites reported: {sorted(by_suite)}).")
+    summaries = {name: summarise(a) for name, a in answer_runs.items()}
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     metrics = {run.suite.name: run.metrics() for run in runs}
     for suite, per_key in (section_metrics or {}).items():
         metrics.setdefault(suite, {}).update({key: dict(values) for key, values in per_key.items()})
+    for name, a in answer_runs.items():
+        for reader, values in answer_section.answer_metrics(a, summaries[name], by_suite[name].missing).items():
+            metrics[name].setdefault(reader, {}).update(values)
+        if answer_section.llm_metrics(a):
+            metrics[name]["llm"] = answer_section.llm_metrics(a)
     files = {"markdown": out / "benchmark.md", "metrics": out / "metrics.json", "queries": out / "queries.jsonl"}
     _write_json(files["metrics"], metrics)
     with atomic_write(files["queries"]) as f:
         for run in runs:
             for r in run.results.values():
                 for s in r.scores:
-                    f.write(json.dumps({"suite": run.suite.name, "suite_version": run.suite.version, **s.__dict__}) + "\n")
+                    f.write(json.dumps({"kind": "retrieval", "suite": run.suite.name,
+                                        "suite_version": run.suite.version, **s.__dict__}) + "\n")
+            answered = answer_runs.get(run.suite.name)
+            for record in answered.records if answered is not None else ():
+                f.write(json.dumps({**record.to_json(), "suite_version": run.suite.version}) + "\n")
     names = ", ".join(run.suite.name for run in runs)
     lines = [f"# Memory benchmark: {names}", "", f"- profile: `{profile}`"]
     if models:
@@ -669,9 +715,17 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
     plots: list[Path] = []
     dvc_plot: dict[str, Any] = {}
     for run in runs:
-        section, tables[run.suite.name] = _suite_markdown(run, profile)
+        suite_name = run.suite.name
+        section, tables[suite_name] = _suite_markdown(run, profile, answer_runs.get(suite_name),
+                                                      summaries.get(suite_name))
         lines.append(section)
-        folder = out / "plots" / run.suite.name
+        folder = out / "plots" / suite_name
+        if summaries.get(suite_name):
+            path = folder / "accuracy_vs_tokens.png"
+            answered = answer_runs[suite_name]
+            answer_section.plot_accuracy_vs_tokens(answered, summaries[suite_name], path, suite_name,
+                                                   answer_section.plot_note(answered, run.missing))
+            plots.append(path)
         for name, result in run.generation.items():
             if len(result["by_session"]) > 1:
                 path = folder / "generation_by_session.png"
@@ -695,7 +749,9 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
             "counts": {run.suite.name: run.counts() for run in runs},
             "missing": {run.suite.name: dict(run.missing) for run in runs},
             "generation_missing": {run.suite.name: dict(run.generation_missing) for run in runs},
-            "dvc_plot": dvc_plot}
+            "dvc_plot": dvc_plot, "answers": summaries,
+            "answers_missing": {name: answer_section.missing_readers(a, by_suite[name].missing)
+                                for name, a in answer_runs.items()}}
 
 
 def run_benchmark(episodes: Iterable[Episode], strategies: Sequence[str], ks: Sequence[int] = (1, 3, 5, 10),
@@ -718,25 +774,38 @@ def run_benchmark(episodes: Iterable[Episode], strategies: Sequence[str], ks: Se
 HEADLINE_METRICS = ("session/recall_all", "session/ndcg_any", "turn/recall_all", "turn/ndcg_any")
 
 
-def headline(run: SuiteRun) -> dict[str, dict[str, float]]:
+def headline(run: SuiteRun, answers: AnswerRun | None = None) -> dict[str, dict[str, float]]:
     """Strategy -> its headline figures: recall_all and ndcg_any (LongMemEval's headline metrics) at session
-    and turn level at the suite's headline k, and the mean context tokens; ``{}`` for a strategy not run."""
+    and turn level at the suite's headline k, and the mean context tokens; ``{}`` for a strategy not run.
+    With the suite's ``answers`` (an AnswerRun), each reader that answered also has its answer figure (the
+    first judge's headline figure in setting ``context``, under its metrics.json key), and the reference
+    readers (``full_history``, ``oracle``) are rows of their own."""
+    from pipelines.evaluate.answers.section import headline_figures
+
     k = headline_k(run.suite.ks)
     keys = (*(f"{m}@{k}" for m in HEADLINE_METRICS), "context_tokens")
     metrics = run.metrics()
-    return {name: {key: round(metrics[name][key], 4) for key in keys if key in metrics[name]}
-            if name in run.results else {} for name in run.suite.strategies}
+    figures = {name: {key: round(metrics[name][key], 4) for key in keys if key in metrics[name]}
+               if name in run.results else {} for name in run.suite.strategies}
+    for reader, values in (headline_figures(answers) if answers is not None else {}).items():
+        if reader in figures and not figures[reader]:
+            continue  # a strategy not run keeps its empty row (dashes), never a partial one
+        figures.setdefault(reader, {}).update(values)
+    return figures
 
 
-def write_headline(runs: Sequence[SuiteRun], out_dir: str | os.PathLike) -> list[Path]:
-    """``out_dir/<suite>/<strategy>.json``: the :func:`headline` figures of each strategy of each suite.
+def write_headline(runs: Sequence[SuiteRun], out_dir: str | os.PathLike,
+                   answers: Sequence[AnswerRun] = ()) -> list[Path]:
+    """``out_dir/<suite>/<strategy>.json``: the :func:`headline` figures of each strategy of each suite (with
+    the suite's answer run among ``answers``, its readers' answer figure, and a file per reference reader).
 
     The benchmark stage's DVC metrics: one small file per suite and strategy is one row of
     ``dvc metrics show`` (a handful of columns), where metrics.json, every figure of every suite in one
     file, would be one row thousands of columns wide. metrics.json stays the full table."""
     out, written = Path(out_dir), []
+    answer_runs = {a.suite: a for a in answers}
     for run in runs:
-        for strategy, figures in headline(run).items():
+        for strategy, figures in headline(run, answer_runs.get(run.suite.name)).items():
             path = out / run.suite.name / f"{strategy}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             _write_json(path, figures)

@@ -1,4 +1,5 @@
-"""The benchmark stage: every configured memory strategy under the temporal protocol."""
+"""The benchmark stage: every configured memory strategy under the temporal protocol, and the answers a
+language model gives from each memory (pipelines/evaluate/answers)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ METRICS = "reports/metrics.json"
 HEADLINE = "reports/headline"  # <suite>/<strategy>.json: the DVC metrics (report.write_headline)
 QUERIES = "reports/queries.jsonl"
 PLOTS = "reports/plots"
+LLM_CACHE = ".cache/llm"  # the reader's and judge's response cache (and the converted local model), undeclared
 TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER,
            "glong_importance": GLONG_IMPORTANCE, "glong_extractor": GLONG_EXTRACTOR}
 
@@ -58,14 +60,14 @@ def _first_suite() -> str:
     return _suites()[0]
 
 
-@stage(name="benchmark", group="evaluate", params=("benchmark", "synthetic", "mdr", "glong", "emma"),
+@stage(name="benchmark", group="evaluate", params=("benchmark", "synthetic", "mdr", "glong", "emma", "llm"),
        inputs=(*_suite_inputs(), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
                EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER),
        outputs=(REPORT, METRICS, HEADLINE, QUERIES, PLOTS),
        metrics=(HEADLINE,),
        plots=(_recall_plot(), f"{PLOTS}/{_first_suite()}/recall_at_k.png",
               f"{PLOTS}/{_first_suite()}/recall_by_session.png", f"{PLOTS}/{_first_suite()}/tokens_vs_recall.png"),
-       code=("pipelines/evaluate", "pipelines/memory"))
+       code=("pipelines/evaluate", "pipelines/memory", "pipelines/llm"))
 def benchmark(ctx) -> StageResult:
     """Every memory strategy of every configured benchmark suite under the temporal protocol.
 
@@ -77,24 +79,39 @@ def benchmark(ctx) -> StageResult:
     session; reports/benchmark.md, reports/metrics.json (every figure), reports/headline (the DVC
     metrics: a few figures per suite and strategy) and PNG plots. A strategy whose model is not
     trained is listed as missing.
+
+    A suite with ``answers`` is also answered: params.yaml ``llm.reader`` answers its questions from each
+    strategy's context and from the reference readers', ``llm.judge`` (the reader when null) judges them
+    (pipelines/evaluate/answers/run.py); responses are cached under ``.cache/llm`` (a rerun asks nothing
+    again), the answers join the report and every sampled one is an MLflow trace (``llm.trace_sample``).
     """
-    from pipelines.evaluate.report import evaluate_suite, write_headline, write_report
-    from pipelines.evaluate.suite import load_suite, strategy_defaults
+    from pipelines.evaluate.answers.run import AnswerLLMs, AnswerSettings, evaluate_and_answer
+    from pipelines.evaluate.report import write_headline, write_report
+    from pipelines.evaluate.suite import corpus_episodes, load_suite, strategy_defaults
 
     cfg = ctx.config["benchmark"]
-    runs, synthetic_episodes, split = [], None, "test"
-    for name in _suites():
-        suite = load_suite(name)
-        source = "synthetic" if suite.source in ("synthetic", "canonical") else suite.source
-        data = ctx.path(canonical_dir(source))
-        episodes = list(_episodes(suite, data))
-        settings = strategy_defaults(suite.strategies, ctx.root, embedding_batch_size=cfg.get("embedding_batch_size", 64))
-        for strategy, values in (cfg.get("strategy_settings") or {}).items():
-            if strategy in suite.strategies:
-                settings.setdefault(strategy, {}).update(values)
-        runs.append(evaluate_suite(suite, episodes, settings))
-        if source == "synthetic" and synthetic_episodes is None:
-            synthetic_episodes, split = episodes, suite.split
+    llm_cfg = ctx.config.get("llm") or {}
+    answer_settings = AnswerSettings.from_config(llm_cfg, ctx.config.get("seed", 2022))
+    llms = AnswerLLMs(llm_cfg, ctx.path(LLM_CACHE))  # built at the first suite that answers
+    runs, answer_runs, synthetic_episodes, split = [], [], None, "test"
+    try:
+        for name in _suites():
+            suite = load_suite(name)
+            source = "synthetic" if suite.source in ("synthetic", "canonical") else suite.source
+            data = ctx.path(canonical_dir(source))
+            published = list(_episodes(suite, data))
+            settings = strategy_defaults(suite.strategies, ctx.root,
+                                         embedding_batch_size=cfg.get("embedding_batch_size", 64))
+            for strategy, values in (cfg.get("strategy_settings") or {}).items():
+                if strategy in suite.strategies:
+                    settings.setdefault(strategy, {}).update(values)
+            run, answered = evaluate_and_answer(suite, published, settings, llms, answer_settings)
+            runs.append(run)
+            answer_runs += [answered] if answered is not None else []
+            if source == "synthetic" and synthetic_episodes is None:
+                synthetic_episodes, split = corpus_episodes(suite, published), suite.split
+    finally:
+        llms.close()
     sections = {}
     egocentric = {**strategy_defaults(["egocentric"], ctx.root)["egocentric"],
                   **((cfg.get("strategy_settings") or {}).get("egocentric") or {})}
@@ -106,16 +123,24 @@ def benchmark(ctx) -> StageResult:
     # The whole report at once, each file written whole (the sections' metrics under the synthetic suite)
     section_metrics = {"synthetic": {key: m for key, (_, m) in sections.items()}} if sections else None
     out = write_report(runs, ctx.path("reports"), profile=ctx.profile, models=_model_sizes(ctx),
-                       sections=[md for md, _ in sections.values()], section_metrics=section_metrics)
-    write_headline(runs, ctx.path(HEADLINE))
-    if ctx.tracker is not None:  # the finished report beside its plots in the MLflow run
+                       sections=[md for md, _ in sections.values()], section_metrics=section_metrics,
+                       answers=answer_runs)
+    write_headline(runs, ctx.path(HEADLINE), answers=answer_runs)
+    if ctx.tracker is not None:  # the finished report beside its plots in the MLflow run; the answers as traces
+        from pipelines.tracking import log_answer_traces
+
         for path in out["plots"]:
             ctx.tracker.log_artifact(path, artifact_path=f"plots/{path.parent.name}")
         for rel in (REPORT, METRICS):
             ctx.tracker.log_artifact(ctx.path(rel), artifact_path="report")
+        for answer_run in answer_runs:
+            log_answer_traces(ctx.tracker, answer_run, sample=float(llm_cfg.get("trace_sample", 1.0)),
+                              seed=ctx.config.get("seed", 2022))
     metrics = {f"{suite}/{strategy}/{name}": value for suite, per in out["metrics"].items()
                for strategy, values in per.items() for name, value in values.items()}
     meta = {"suites": [r.suite.name for r in runs], "episodes": {r.suite.name: r.episodes for r in runs},
+            **({"answers": {a.suite: {"reader": a.reader, "judge": a.judge, "questions": a.questions,
+                                      "answers": len(a.records)} for a in answer_runs}} if answer_runs else {}),
             "strategies": {r.suite.name: list(r.suite.strategies) for r in runs},
             "missing": out["missing"],
             "benchmark_md": "\n\n".join(f"## {name}\n\n{t}" for name, t in out["markdown"].items()),
@@ -125,15 +150,14 @@ def benchmark(ctx) -> StageResult:
 
 
 def _episodes(suite, data):
-    """A suite's episodes from the canonical data its ingest stage wrote."""
-    from pipelines.evaluate.suite import main_speaker_corpus
-
+    """A suite's episodes from the canonical data its ingest stage wrote, every turn kept (the suite's corpus
+    is applied by the caller: the reference readers read the dialogue as published)."""
     split = suite.split if suite.split != "all" else None
     files = [data / f"{split}.jsonl"] if split else sorted(data.glob("*.jsonl"))
     episodes = [e for f in files for e in iter_episodes(f)]
     if suite.max_episodes:
         episodes = episodes[: suite.max_episodes]
-    return [main_speaker_corpus(e) for e in episodes] if suite.corpus == "main_speaker" else episodes
+    return episodes
 
 
 def _model_sizes(ctx) -> dict[str, str]:

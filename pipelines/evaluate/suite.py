@@ -34,6 +34,20 @@ suite keeps generation off: the benchmark stage already scores MDR's generation 
 ``reference`` holds ``{"source": citation, "comparable": bool, "note": str, "rows": {system:
 {metric: value}}}``: the report prints the rows beside our table, labelled comparable or not.
 
+``answers`` (absent or null: the suite answers nothing) makes a language model answer from each memory and
+judges score the answers (:class:`SuiteAnswers`, pipelines/evaluate/answers/)::
+
+    answers:
+      task: qa                     # qa (the data's questions) or response (the next response of a dialogue)
+      reader_prompt: longmemeval   # the reader prompt (pipelines.evaluate.answers.prompts.READER_STYLES)
+      judges: [longmemeval]        # the judges (pipelines.evaluate.answers.judges.JUDGES)
+      accuracy_ks: [3, 5]          # G-Long's Accuracy@k: also answer from each strategy's top k items ([]: none)
+      references: [full_history, oracle]   # reference readers beside the strategies
+      reference: {judge: gpt-4o-mini, source: "...", note: "...", rows: {system: {metric: value}}}
+
+``answers.reference.judge`` names the judge model of the published rows: the report marks them not comparable
+when our judge is another model.
+
 :func:`suite_episodes` loads a suite's data: the synthetic generator, a canonical JSONL file or
 folder, or a published dataset loaded and validated exactly as ``ingest`` does
 (``pipelines.data.ingest.load_and_validate``: known quirks normalised, the loss policy of
@@ -69,6 +83,66 @@ CORPORA = ("all", "main_speaker")
 SESSION_SCORING = ("dedup", "longmemeval")
 QUERY_SOURCES = ("source", "memory_tags")
 GENERATORS = ("mdr",)  # response generators a suite can score (``generation``)
+ANSWER_TASKS = ("qa", "response")
+
+
+@dataclass(frozen=True)
+class SuiteAnswers:
+    """A suite's ``answers``: who answers, with which prompt, and who judges (see the module docstring)."""
+
+    reader_prompt: str = "default"
+    judges: tuple[str, ...] = ()
+    accuracy_ks: tuple[int, ...] = ()
+    references: tuple[str, ...] = ()
+    task: str = "qa"
+    reference: dict[str, Any] = field(default_factory=dict)
+    where: str = ""  # the suite file, for error messages
+
+    def __post_init__(self) -> None:
+        from pipelines.evaluate.answers.judges import JUDGES
+        from pipelines.evaluate.answers.prompts import READER_STYLES
+        from pipelines.evaluate.answers.types import REFERENCE_READERS
+
+        def bad(key: str, why: str) -> ConfigError:
+            return ConfigError(f"{self.where}, key 'answers.{key}': {why}")
+
+        if self.task not in ANSWER_TASKS:
+            raise bad("task", f"must be one of {', '.join(ANSWER_TASKS)}, got {self.task!r}")
+        if self.reader_prompt not in READER_STYLES:
+            raise bad("reader_prompt", f"unknown reader prompt {self.reader_prompt!r}; known: {sorted(READER_STYLES)}")
+        for key, allowed in (("judges", JUDGES), ("references", REFERENCE_READERS)):
+            value = getattr(self, key)
+            if isinstance(value, str) or not isinstance(value, (list, tuple)):
+                raise bad(key, f"must be a list, got {value!r}")
+            odd = [v for v in value if v not in allowed]
+            if odd:
+                raise bad(key, f"unknown name(s) {odd}; known: {sorted(allowed)}")
+            if len(set(value)) != len(value):
+                raise bad(key, f"a name is given twice: {list(value)}")
+            object.__setattr__(self, key, tuple(value))
+        if not self.judges:
+            raise bad("judges", "name at least one judge (an answer nobody scores measures nothing)")
+        ks = self.accuracy_ks
+        if (isinstance(ks, str) or not isinstance(ks, (list, tuple))
+                or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in ks)):
+            raise bad("accuracy_ks", f"must be a list of positive integers ([] for none), got {ks!r}")
+        if self.task == "response" and ks:
+            raise bad("accuracy_ks", "must be [] for the response task (Accuracy@k scores answers to questions)")
+        if self.task == "response" and "oracle" in self.references:
+            raise bad("references", "the oracle reads a question's evidence, which a response task does not have")
+        object.__setattr__(self, "accuracy_ks", tuple(sorted(set(ks))))
+        rows = self.reference.get("rows", {}) if isinstance(self.reference, dict) else None
+        if not isinstance(rows, dict) or any(not isinstance(v, dict) for v in rows.values()):
+            raise bad("reference", "must be a mapping with 'judge', 'source', 'note' and 'rows' (system -> "
+                                   "{metric: value})")
+        odd = sorted(set(self.reference) - {"judge", "source", "note", "rows"})
+        if odd:
+            raise bad("reference", f"unknown key(s) {odd}; keys: judge, source, note, rows")
+
+    def header(self) -> dict[str, Any]:
+        """What identifies the answer scoring (joins the suite's header)."""
+        return {"task": self.task, "reader_prompt": self.reader_prompt, "judges": list(self.judges),
+                "accuracy_ks": list(self.accuracy_ks), "references": list(self.references)}
 
 
 @dataclass(frozen=True)
@@ -94,6 +168,7 @@ class Suite:
     reference: dict[str, Any] = field(default_factory=dict)
     generation: tuple[str, ...] = ()
     max_generation_examples: int | None = 200
+    answers: SuiteAnswers | None = None  # answer-level evaluation (None: the suite answers nothing)
     file: str = ""  # where the suite was read from (for error messages)
 
     def __post_init__(self) -> None:
@@ -163,6 +238,16 @@ class Suite:
         limit = self.max_generation_examples
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise bad("max_generation_examples", f"must be a positive integer or null, got {limit!r}")
+        answers = self.answers
+        if isinstance(answers, dict):
+            known = {f.name for f in fields(SuiteAnswers)} - {"where"}
+            odd = sorted(set(answers) - known)
+            if odd:
+                raise bad("answers", f"unknown key(s) {odd}; keys: {sorted(known)}")
+            answers = SuiteAnswers(**answers, where=where)
+        elif answers is not None and not isinstance(answers, SuiteAnswers):
+            raise bad("answers", f"must be a mapping (or null: answer nothing), got {answers!r}")
+        object.__setattr__(self, "answers", answers)
         object.__setattr__(self, "generation", generation)
         object.__setattr__(self, "strategies", strategies)
         object.__setattr__(self, "metrics", metrics)
@@ -184,7 +269,8 @@ class Suite:
                 "ks": list(self.ks),
                 "budget_tokens": self.budget_tokens,
                 **({"generation": list(self.generation), "max_generation_examples": self.max_generation_examples}
-                   if self.generation else {})}
+                   if self.generation else {}),
+                **({"answers": self.answers.header()} if self.answers is not None else {})}
 
 
 def list_suites() -> list[str]:
@@ -220,14 +306,16 @@ def load_suite(name_or_path: str | os.PathLike) -> Suite:
 
 def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
                    synthetic_defaults: dict[str, Any] | None = None,
-                   config: dict[str, Any] | None = None) -> list[Episode]:
+                   config: dict[str, Any] | None = None, corpus: bool = True) -> list[Episode]:
     """The episodes a suite evaluates: loaded, validated, split-filtered, corpus-filtered.
 
     ``path`` (the CLI's ``--path``) wins over the suite's ``path``. For ``source: synthetic``
     without a path the generator runs with ``synthetic_defaults`` (params.yaml) under the
     suite's own knobs; with a path, the path is canonical data (a folder of ``<split>.jsonl``
     or one ``.jsonl`` file). ``config`` (the resolved configuration) gives the ``ingest`` settings
-    a published dataset is loaded under (None: their defaults).
+    a published dataset is loaded under (None: their defaults). ``corpus=False`` leaves every turn
+    (:func:`corpus_episodes` applies the suite's corpus later): the reference readers of ``answers`` read
+    the dialogue as published.
     """
     path = path if path is not None else suite.path
     if suite.source == "synthetic" and path is None:
@@ -252,9 +340,14 @@ def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
         raise ConfigError(f"suite {suite.name!r}: no episode in split {suite.split!r} of {path or 'the generator'}.")
     if suite.queries == "memory_tags":
         episodes = [memory_tag_queries(e) for e in episodes]
+    return corpus_episodes(suite, episodes) if corpus else episodes
+
+
+def corpus_episodes(suite: Suite, episodes: Sequence[Episode]) -> list[Episode]:
+    """``episodes`` as the suite's ``corpus`` indexes them (``main_speaker``: :func:`main_speaker_corpus`)."""
     if suite.corpus == "main_speaker":
-        episodes = [main_speaker_corpus(e) for e in episodes]
-    return episodes
+        return [main_speaker_corpus(e) for e in episodes]
+    return list(episodes)
 
 
 def _read_canonical(path: Path, split: str) -> list[Episode]:

@@ -137,7 +137,7 @@ def cli_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lme_cli")
     root, out = tmp_project(tmp / "project"), tmp / "report"
     proc = run_cli(["benchmark", "--suite", "longmemeval_s", "--path", str(FIXTURE), "--strategies", "bm25",
-                    "--out", str(out), "--cache-dir", str(tmp / "cache"), "-q"], root)
+                    "--out", str(out), "--cache-dir", str(tmp / "cache"), "--no-answers", "-q"], root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, out
 

@@ -157,3 +157,55 @@ def test_config_checks(settings, match):
 
 def test_ks_are_sorted():
     assert ProtocolConfig(ks=(10, 1, 5)).ks == (1, 5, 10)
+
+
+# --- answer-level evaluation: the readers' contexts, recorded while the loop runs ----------------------------------
+
+from pipelines.data.schema import Query  # noqa: E402
+from pipelines.evaluate.protocol import AnswerRequest, answerable  # noqa: E402
+from pipelines.memory import pack_context  # noqa: E402
+
+
+def test_recording_the_readers_contexts_changes_no_retrieval_figure(episode):
+    everything = frozenset(("p1", q.id) for q in episode.queries)
+    probe = Query(id="probe", session_id="p1:S3", question="What sails?")
+    request = AnswerRequest(everything, ks=(1, 3), probes={"p1": (probe,)})
+    asked = ProtocolConfig(ks=(1, 3), budget_tokens=100, show_progress=False, answers=request)
+    plain = run_protocol([episode], "long_context", CONFIG, settings={"include_dates": False})
+    recorded = run_protocol([episode], "long_context", asked, settings={"include_dates": False})
+    assert recorded.scores == plain.scores and recorded.excluded == plain.excluded and not plain.contexts
+    assert recorded.aggregate() == plain.aggregate()
+    got = {(c.query_id, c.setting): c for c in recorded.contexts}
+    # answered: the scored queries, the abstention Q5, Q8 without evidence, Q9 (memory evidence), and the probe;
+    # never Q3, Q4, Q7, whose evidence is not earlier than their session
+    assert {q for q, _ in got} == {"Q1", "Q2", "Q5", "Q6", "Q8", "Q9", "probe"}
+    assert {s for _, s in got} == {"context", "top1", "top3"}
+    assert [q.id for q, why in answerable(episode) if why] == ["Q3", "Q4", "Q7"]
+
+
+def test_recorded_contexts_are_what_the_strategy_gives_at_the_question_s_time(episode):
+    request = AnswerRequest(frozenset({("p1", "Q2"), ("p1", "Q5")}), ks=(1,))
+    contexts = []
+    evaluate_episode(episode, build_strategy("long_context", include_dates=False),
+                     ProtocolConfig(ks=(1, 3), budget_tokens=100, show_progress=False, answers=request),
+                     contexts=contexts)
+    got = {(c.query_id, c.setting): c for c in contexts}
+    # the same strategy, fed by hand the sessions before each question's own
+    by_hand = build_strategy("long_context", include_dates=False)
+    sessions = sorted(episode.sessions, key=lambda s: s.index)
+    for s in sessions[:2]:
+        by_hand.observe(episode, s)
+    q2 = episode.queries[1]
+    assert got["Q2", "context"].text == by_hand.context(q2, 100) and got["Q2", "context"].tokens == 24
+    assert got["Q2", "top1"].text == pack_context(by_hand.retrieve(q2, 1), 100, by_hand.counter, False) \
+        == "Ana: grey cat sleeps."                                # the newest turn: S2:T2
+    by_hand.observe(episode, sessions[2])
+    q5 = episode.queries[4]  # abstention, asked in S4: retrieved for, never scored
+    assert got["Q5", "context"].text == by_hand.context(q5, 100) and len(got["Q5", "context"].text.splitlines()) == 6
+    assert got["Q5", "top1"].text == "Ana: gold coin shines."
+
+
+def test_a_request_without_a_list_for_the_contexts_is_refused(episode):
+    config = ProtocolConfig(ks=(1,), show_progress=False, answers=AnswerRequest(frozenset({("p1", "Q1")})))
+    with pytest.raises(ValueError, match="pass a list"):
+        evaluate_episode(episode, Spy(), config)

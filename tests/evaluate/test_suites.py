@@ -138,3 +138,67 @@ def test_locomo_report_names_the_published_categories(tmp_path):
     per_category = md.split("### Per category", 1)[1].split("###", 1)[0]
     header = next(line for line in per_category.splitlines() if line.startswith("| strategy |"))
     assert "| 1 (multi-hop) |" in header and "| 2 (temporal) |" in header, header
+
+
+ANSWERS = {  # suite -> (reader prompt, judges, accuracy_ks, task): each benchmark's own
+    "synthetic": ("default", ("token_f1", "answer_check"), (), "qa"),
+    "locomo": ("locomo", ("locomo_f1", "locomo_llm"), (), "qa"),
+    "longmemeval_s": ("longmemeval", ("longmemeval",), (3, 5), "qa"),
+    "longmemeval_m": ("longmemeval", ("longmemeval",), (3, 5), "qa"),
+    "longmemeval_oracle": ("longmemeval", ("longmemeval",), (3, 5), "qa"),
+    "realmem": ("realmem", ("realmem_qa", "realmem_memory"), (), "qa"),
+    "msc": ("response", ("geval",), (), "response"),
+    "cc": ("response", ("geval",), (), "response"),
+}
+
+
+def test_shipped_suites_answer_with_their_benchmark_s_prompt_and_judges():
+    for name in list_suites():
+        answers = load_suite(name).answers
+        if name not in ANSWERS:
+            assert answers is None, name  # MiSC, ConvAI2: no questions to answer
+            continue
+        assert (answers.reader_prompt, answers.judges, answers.accuracy_ks, answers.task) == ANSWERS[name], name
+        assert "full_history" in answers.references
+        for system, row in answers.reference.get("rows", {}).items():
+            assert row and all(isinstance(v, (int, float)) for v in row.values()), (name, system)
+    lme = load_suite("longmemeval_s").answers.reference
+    assert lme["judge"] == "gpt-4o-mini" and lme["rows"]["G-Long (paper)"] == {"accuracy@3": 0.5783, "accuracy@5": 0.62}
+    assert load_suite("locomo").with_overrides(strategies=("bm25",)).answers == load_suite("locomo").answers
+
+
+@pytest.mark.parametrize("name", sorted(ANSWERS.keys() - {"synthetic", "msc"}))
+def test_suite_answers_on_its_published_format(name):
+    """Questions, the protocol's recorded contexts and the reference readers on each published fixture, with a
+    fake model (no judge output parses: counted unparseable, never correct). The MSC fixture has no response
+    round (its main speaker opens both sessions, each of two turns); CC's fixture covers the response task."""
+    from pipelines.evaluate.answers.run import AnswerSettings, evaluate_and_answer
+    from tests.evaluate.answers._fakes import FakeLLM
+
+    class Pair:
+        reader = judge = FakeLLM()
+
+    suite = load_suite(name).with_overrides(strategies=("no_history", "bm25"), generation=[])
+    published = suite_episodes(suite, DATA[name], corpus=False)
+    run, answers = evaluate_and_answer(suite, published, {}, Pair, AnswerSettings(max_questions=4),
+                                       show_progress=False)
+    assert answers is not None and 0 < answers.questions <= 4 and answers.records
+    readers = {r.item.reader for r in answers.records}
+    assert readers == {"no_history", "bm25", *suite.answers.references}
+    per_reader = {}
+    for r in answers.records:
+        per_reader.setdefault((r.item.reader, r.item.setting), set()).add(r.item.query_id)
+        assert set(r.verdicts) <= set(answers.judges)
+    assert len(set(map(frozenset, per_reader.values()))) == 1  # the same questions for every reader and setting
+    if name.startswith("longmemeval"):
+        dated = [r.item for r in answers.records if r.item.question_date]
+        assert dated and all(d.question_date[4] == "/" and "(" in d.question_date for d in dated)
+        # the reference readers read the published dialogue: the assistant's turns too (the corpus indexes the user's)
+        full = next(r.item for r in answers.records if r.item.reader == "full_history" and r.item.context)
+        assert "assistant:" in full.context.lower()
+    if name == "realmem":
+        assert any(r.item.evidence for r in answers.records)
+    if suite.answers.task == "response":
+        # the dialogue so far, its last line the partner's turn the response answers; asked from session 2 on
+        assert all(r.item.category.startswith("session ") and r.item.category != "session 1"
+                   and ": " in r.item.question.splitlines()[-1] for r in answers.records)
