@@ -55,7 +55,7 @@ PROFILES: dict[str, dict[str, Any]] = {
                   "eval_examples": 32},
         # Answers: the local default reader answers (and judges) 6 questions per reader and suite, so that make run
         # stays within its 10 minutes on 2 cores (SmolLM2-135M: 8 questions of 640 prompt tokens in ~7 s, batched).
-        "llm": {"max_questions": 6},
+        "llm": {"max_questions": 6, "trace_sample": 1.0},
         # EMMA: tiny random-init T5 (quantised to 4-bit NF4 on the CPU too), MiniLM retriever.
         "emma": {"dialogue": {"model": "tiny", "batch_size": 16, "max_epochs": 4, "max_source_length": 512},
                  "dialogue_train": {"eval_every": 20, "save_every": 20, "warmup_steps": 5},
@@ -73,7 +73,7 @@ PROFILES: dict[str, dict[str, Any]] = {
                   "extractor_train": {**_PAPER_TRAIN, "epochs": 10, "batch_size": 16},
                   "summariser": {"model": "t5-small"}, "summariser_train": _PAPER_TRAIN,
                   "eval_examples": 1000},
-        "llm": {"max_questions": None},  # every question of every suite
+        "llm": {"max_questions": None, "trace_sample": 0.05},  # every question; 5% of them traced (~70 ms a trace)
         # EMMA: FLAN-T5-Large dialogue module, BERT-base retriever (Appendix E); names or local paths.
         # Batch 52 at 1024 input tokens needs gradient checkpointing (batch 8 without it: ~55 GiB on an H100).
         "emma": {"dialogue": {"model": "google/flan-t5-large", "gradient_checkpointing": True},

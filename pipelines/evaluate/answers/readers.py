@@ -231,7 +231,36 @@ def reference_items(suite: Suite, published: dict[str, Episode], questions: Sequ
         for question in questions:
             episode = published[question.episode_id]
             empty = base_item(suite, episode, question, reader, "context", "", 0)
-            budget = window_budget(llm, answers.reader_prompt, empty, max_new_tokens, cap, model_tokens)
-            text = history_context(episode, question, budget, model_tokens, evidence_only=reader == "oracle")
+            text = fitted_history(llm, answers.reader_prompt, empty, episode, question, max_new_tokens, cap,
+                                  model_tokens, evidence_only=reader == "oracle")
             out.append(replace(empty, context=text, context_tokens=counter.count(text)))
     return out
+
+
+def fitted_history(llm: LLM, style: str, item: AnswerItem, episode: Episode, question: Question,
+                   max_new_tokens: int, cap: int | None, counter: ModelTokens, evidence_only: bool = False) -> str:
+    """:func:`history_context` within the reader's window, checked on the whole prompt: the budget of
+    :func:`window_budget` sums the tokens of the lines one by one, and a reader prompt may lay the history out
+    with headers of its own (LongMemEval's sessions and dates, RealMem's numbered memories), so the prompt as
+    sent is counted again and, while it overflows, the budget is scaled by the share of the history's laid-out
+    cost that fits (less 0.5% of the window)."""
+    from pipelines.evaluate.answers.prompts import reader_messages
+
+    def prompt_tokens(context: str) -> int:
+        messages = reader_messages(style, replace(item, context=context))
+        return sum(counter.count(m["content"]) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages)
+
+    budget = window_budget(llm, style, item, max_new_tokens, cap, counter)
+    text = history_context(episode, question, budget, counter, evidence_only=evidence_only)
+    window = llm.context_window
+    if budget is None or window is None:
+        return text
+    base = prompt_tokens("")
+    room = window - max_new_tokens - base       # what the laid-out history may cost
+    for _ in range(12):
+        cost = prompt_tokens(text) - base if text else 0
+        if cost <= room or budget <= 0:
+            return text if cost <= room else ""
+        budget = min(budget - 1, int(budget * room / cost) - window // 200)
+        text = history_context(episode, question, max(budget, 0), counter, evidence_only=evidence_only)
+    return text if prompt_tokens(text) - base <= room else ""

@@ -85,6 +85,22 @@ def test_full_history_fills_the_reader_s_window_less_the_prompt_and_the_answer(e
     assert used + 16 <= window
 
 
+@pytest.mark.parametrize("style", ["longmemeval", "realmem", "locomo", "default"])
+def test_full_history_fits_the_whole_prompt_of_a_style_that_lays_out_the_history(episode, style):
+    """LongMemEval's prompt adds session headers and dates around the history: the budget summed line by line
+    would overflow the window (found on the real LongMemEval sample: 8138 + 64 tokens > 8192); the prompt as
+    sent is counted again and the history shrunk until it fits."""
+    q2 = question(episode, "Q2")
+    the_suite = suite(reader_prompt=style)
+    empty = base_item(the_suite, episode, q2, "full_history", "context", "", 0)
+    prompt = sum(len(m["content"].split()) + TEMPLATE_TOKENS_PER_MESSAGE for m in reader_messages(style, empty))
+    window = prompt + 16 + 12
+    [full, _] = reference_items(the_suite, {"p1": episode}, [q2], FakeLLM(window=window), DEFAULT_COUNTER,
+                                max_new_tokens=16)
+    used = sum(len(m["content"].split()) + TEMPLATE_TOKENS_PER_MESSAGE for m in reader_messages(style, full))
+    assert used + 16 <= window and full.context  # fits, and still reads some history
+
+
 def test_oracle_reads_the_evidence_sessions_only_and_never_a_later_one(episode):
     counter = ModelTokens(FakeLLM())
     q2 = question(episode, "Q2")  # evidence S1:T2 and S2:T1, sessions S1 and S2: both whole
