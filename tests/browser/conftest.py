@@ -20,8 +20,11 @@ TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
 
 @pytest.fixture(scope="session")
-def project(tmp_path_factory) -> h.Project:
-    return h.build_project(tmp_path_factory.mktemp("browser-project"))
+def project(tmp_path_factory, smollm2_models) -> h.Project:
+    """The project copy; its benchmark's reader model is the session's converted SmolLM2 (MNEMOS_LLM_MODELS)."""
+    project = h.build_project(tmp_path_factory.mktemp("browser-project"))
+    project.env["MNEMOS_LLM_MODELS"] = str(smollm2_models)
+    return project
 
 
 @pytest.fixture(scope="session")
