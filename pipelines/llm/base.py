@@ -103,6 +103,12 @@ class LLM(ABC):
         without a tokenizer estimates (4 characters a token)."""
         return max(1, len(text) // 4)
 
+    def count_prompt_tokens(self, messages: Messages) -> int:
+        """Tokens of the prompt ``messages`` make as the model reads it (chat template, default system prompt and
+        all): what must fit the window beside the answer. A backend without the template estimates it from the
+        messages' contents (8 tokens of markup a message)."""
+        return sum(self.count_tokens(m["content"]) + 8 for m in messages)
+
     @property
     def label(self) -> str:
         """``backend:model``, as the report and MLflow name it."""

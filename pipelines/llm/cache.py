@@ -120,6 +120,9 @@ class CachedLLM(LLM):
     def count_tokens(self, text: str) -> int:
         return self.llm.count_tokens(text)
 
+    def count_prompt_tokens(self, messages: Messages) -> int:
+        return self.llm.count_prompt_tokens(messages)
+
     @property
     def label(self) -> str:
         return self.llm.label

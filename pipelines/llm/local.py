@@ -341,6 +341,9 @@ class LocalLLM(LLM):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def count_prompt_tokens(self, messages: Messages) -> int:
+        return len(self.encode(messages))
+
     def encode(self, messages: Messages) -> list[int]:
         """The prompt token ids of one conversation: its chat template with the generation prompt."""
         tokenizer = self.tokenizer

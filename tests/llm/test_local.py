@@ -63,6 +63,7 @@ def test_token_counts_and_finish_reason_follow_the_generated_ids(tiny_llama, tmp
     assert c.text == llm.tokenizer.decode(expected, skip_special_tokens=True)
     template = llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert c.prompt_tokens == len(llm.tokenizer(template, add_special_tokens=False)["input_ids"])
+    assert llm.count_prompt_tokens(messages) == c.prompt_tokens  # what the readers fit the window with
     assert llm.count_tokens("Alice moved to Paris") == len(llm.tokenizer("Alice moved to Paris",
                                                                           add_special_tokens=False)["input_ids"])
     assert llm.context_window == 1024

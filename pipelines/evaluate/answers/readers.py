@@ -241,14 +241,14 @@ def fitted_history(llm: LLM, style: str, item: AnswerItem, episode: Episode, que
                    max_new_tokens: int, cap: int | None, counter: ModelTokens, evidence_only: bool = False) -> str:
     """:func:`history_context` within the reader's window, checked on the whole prompt: the budget of
     :func:`window_budget` sums the tokens of the lines one by one, and a reader prompt may lay the history out
-    with headers of its own (LongMemEval's sessions and dates, RealMem's numbered memories), so the prompt as
-    sent is counted again and, while it overflows, the budget is scaled by the share of the history's laid-out
+    with headers of its own (LongMemEval's sessions and dates, RealMem's numbered memories) and the chat template
+    add a system prompt (SmolLM2's), so the prompt as the model reads it is counted
+    (:meth:`LLM.count_prompt_tokens`) and, while it overflows, the budget is scaled by the share of the history's laid-out
     cost that fits (less 0.5% of the window)."""
     from pipelines.evaluate.answers.prompts import reader_messages
 
-    def prompt_tokens(context: str) -> int:
-        messages = reader_messages(style, replace(item, context=context))
-        return sum(counter.count(m["content"]) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages)
+    def prompt_tokens(context: str) -> int:  # the prompt as the model reads it (its chat template included)
+        return llm.count_prompt_tokens(reader_messages(style, replace(item, context=context)))
 
     budget = window_budget(llm, style, item, max_new_tokens, cap, counter)
     text = history_context(episode, question, budget, counter, evidence_only=evidence_only)
