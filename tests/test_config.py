@@ -132,6 +132,17 @@ def test_a_section_given_a_value_is_refused(tmp_path):
     ("benchmark.strategy_settings.egocentric.agents=everyone", "egocentric.agents must be one of 'main', 'all'"),
     ("sources.locomo=3", "sources.locomo must be a string or null, got 3."),
     ("ingest.max_dropped_turn_share=2", "ingest.max_dropped_turn_share must lie in [0, 1]"),
+    ("llm.reader.modle=x", "unknown key llm.reader.modle; did you mean llm.reader.model?"),
+    ("llm.readr.model=x", "unknown key llm.readr; did you mean llm.reader?"),
+    ("llm.judge.backend=nope", "llm.judge (set in run-time overrides (--set, Dagster run config)): llm.backend is "
+                               "'nope': choose one of local, openai."),
+    ("llm.reader.max_new_tokens=0", "llm.reader (set in run-time overrides (--set, Dagster run config)): "
+                                    "llm.max_new_tokens is 0: it must be a positive integer."),
+    ("llm.max_questions=0", "llm.max_questions must be a positive integer, got 0."),
+    ("llm.full_history_tokens=-5", "llm.full_history_tokens must be a positive integer, got -5."),
+    ("llm.trace_sample=2", "llm.trace_sample must lie in [0, 1]"),
+    ("llm.judge=3", "llm.judge is a section, a mapping of keys (write {} for none, or null), got 3."),
+    ("llm.reader=null", "llm.reader is a section, a mapping of keys (write {} for none), got None."),
 ])
 def test_values_are_checked_against_the_config_that_reads_them(text, message, monkeypatch):
     monkeypatch.delenv("MNEMOS_PROFILE", raising=False)
@@ -218,25 +229,6 @@ def test_cli_benchmark_refuses_a_bad_config_before_writing(project, capsys, tmp_
 
 
 # --- llm: the reader and the judge of answer-level evaluation ------------------------------------------------------
-
-@pytest.mark.parametrize("text,message", [
-    ("llm.reader.modle=x", "unknown key llm.reader.modle; did you mean llm.reader.model?"),
-    ("llm.readr.model=x", "unknown key llm.readr; did you mean llm.reader?"),
-    ("llm.judge.backend=nope", "llm.judge (set in run-time overrides (--set, Dagster run config)): llm.backend is "
-                               "'nope': choose one of local, openai."),
-    ("llm.reader.max_new_tokens=0", "llm.reader (set in run-time overrides (--set, Dagster run config)): "
-                                    "llm.max_new_tokens is 0: it must be a positive integer."),
-    ("llm.max_questions=0", "llm.max_questions must be a positive integer, got 0."),
-    ("llm.full_history_tokens=-5", "llm.full_history_tokens must be a positive integer, got -5."),
-    ("llm.trace_sample=2", "llm.trace_sample must lie in [0, 1]"),
-    ("llm.judge=3", "llm.judge is a section, a mapping of keys (write {} for none, or null), got 3."),
-    ("llm.reader=null", "llm.reader is a section, a mapping of keys (write {} for none), got None."),
-])
-def test_llm_settings_are_checked(text, message, monkeypatch):
-    monkeypatch.delenv("MNEMOS_PROFILE", raising=False)
-    with pytest.raises(ConfigError) as err:
-        cfg.resolve(cfg.parse_overrides([text], "--set"))
-    assert message in str(err.value)
 
 
 def test_llm_defaults_per_profile_and_a_judge_of_its_own(monkeypatch):

@@ -19,6 +19,7 @@ from pipelines.errors import ConfigError
 Message = dict[str, str]          # {"role": "system" | "user" | "assistant", "content": str}
 Messages = list[Message]          # one conversation
 ROLES = ("system", "user", "assistant")
+TEMPLATE_TOKENS_PER_MESSAGE = 8   # chat-template markup around a message (role tags, separators): an allowance
 
 
 class LLMError(RuntimeError):
@@ -106,8 +107,8 @@ class LLM(ABC):
     def count_prompt_tokens(self, messages: Messages) -> int:
         """Tokens of the prompt ``messages`` make as the model reads it (chat template, default system prompt and
         all): what must fit the window beside the answer. A backend without the template estimates it from the
-        messages' contents (8 tokens of markup a message)."""
-        return sum(self.count_tokens(m["content"]) + 8 for m in messages)
+        messages' contents (``TEMPLATE_TOKENS_PER_MESSAGE`` of markup a message)."""
+        return sum(self.count_tokens(m["content"]) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages)
 
     @property
     def label(self) -> str:

@@ -40,7 +40,6 @@ from pipelines.evaluate.suite import Suite
 from pipelines.llm.base import LLM
 from pipelines.memory import Retrieved, TokenCounter, pack_context
 
-TEMPLATE_TOKENS_PER_MESSAGE = 8  # chat-template markup around each message (role tags, separators), an allowance
 RESPONSE_ID = ":response"        # the probe of a response round: "<response turn id>:response"
 
 
@@ -165,18 +164,17 @@ class ModelTokens:
         return self._cache[text]
 
 
-def window_budget(llm: LLM, style: str, item: AnswerItem, max_new_tokens: int, cap: int | None = None,
-                  counter: ModelTokens | None = None) -> int | None:
-    """Tokens of history that fit the reader's window beside the prompt of ``item`` (its context empty) and
-    ``max_new_tokens`` of answer; ``cap`` (``full_history_tokens``) bounds it. None: no limit known."""
+def window_budget(llm: LLM, style: str, item: AnswerItem, max_new_tokens: int, cap: int | None = None
+                  ) -> int | None:
+    """Tokens of history that fit the reader's window beside the prompt of ``item`` (its context empty, counted
+    as the model reads it: :meth:`LLM.count_prompt_tokens`) and ``max_new_tokens`` of answer; ``cap``
+    (``full_history_tokens``) bounds it. None: no limit known."""
     from pipelines.evaluate.answers.prompts import reader_messages
 
-    counter = counter or ModelTokens(llm)
     window = llm.context_window
     budgets = [cap] if cap is not None else []
     if window is not None:
-        messages = reader_messages(style, replace(item, context=""))
-        prompt = sum(counter.count(m["content"]) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages)
+        prompt = llm.count_prompt_tokens(reader_messages(style, replace(item, context="")))
         budgets.append(max(0, window - prompt - max_new_tokens))
     return min(budgets) if budgets else None
 
@@ -250,7 +248,7 @@ def fitted_history(llm: LLM, style: str, item: AnswerItem, episode: Episode, que
     def prompt_tokens(context: str) -> int:  # the prompt as the model reads it (its chat template included)
         return llm.count_prompt_tokens(reader_messages(style, replace(item, context=context)))
 
-    budget = window_budget(llm, style, item, max_new_tokens, cap, counter)
+    budget = window_budget(llm, style, item, max_new_tokens, cap)
     text = history_context(episode, question, budget, counter, evidence_only=evidence_only)
     window = llm.context_window
     if budget is None or window is None:

@@ -11,8 +11,9 @@ from datetime import datetime
 import pytest
 
 from pipelines.data.schema import Episode, Memory, Query, Session, Speaker, Turn
-from pipelines.evaluate.answers.readers import (TEMPLATE_TOKENS_PER_MESSAGE, ModelTokens, answer_request, base_item,
-                                                history_context, reference_items, select_questions, window_budget)
+from pipelines.evaluate.answers.readers import (ModelTokens, answer_request, base_item, history_context,
+                                                reference_items, select_questions, window_budget)
+from pipelines.llm.base import TEMPLATE_TOKENS_PER_MESSAGE
 from pipelines.evaluate.answers.prompts import reader_messages
 from pipelines.evaluate.suite import Suite
 from pipelines.memory import DEFAULT_COUNTER
