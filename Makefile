@@ -13,7 +13,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test ui mlflow dvc-yaml clean
+.PHONY: setup run run-small test ui mlflow dvc-yaml clean
 
 # Creates .venv if missing and installs everything (idempotent: re-runs only when pyproject.toml changes).
 setup: .setup-stamp
@@ -35,6 +35,11 @@ run: setup
 	$(VENV)/bin/dagster asset materialize -m assets.definitions --select '*'
 	@echo "Report: reports/benchmark.md  metrics: reports/metrics.json  plots: reports/plots/*.png"
 	@echo "DVC: dvc.lock records every stage (.venv/bin/dvc status; .venv/bin/dvc metrics show)"
+
+# The same graph on the small profile: SmolLM2-135M-Instruct adapted with LoRA on the CPU (README, "The small profile").
+run-small: setup
+	MNEMOS_PROFILE=small $(VENV)/bin/dagster asset materialize -m assets.definitions --select '*'
+	@echo "Report: reports/benchmark.md (profile small)"
 
 test: setup
 	$(PY) -m pytest -q

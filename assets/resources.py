@@ -14,7 +14,7 @@ class MnemosResource(dg.ConfigurableResource):
     overrides: ["synthetic.episodes=48"]}}}``.
     """
 
-    profile: str | None = None        # tiny | paper; None: params.yaml's profile
+    profile: str | None = None        # tiny | small | paper; None: params.yaml's profile
     overrides: list[str] = []         # "section.key=value" (YAML values), applied over params.yaml
     track: bool = True                # log each stage execution to MLflow
     launcher: str = "accelerate"      # how training stages start: accelerate | torchrun | deepspeed | python

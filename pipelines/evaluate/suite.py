@@ -432,19 +432,24 @@ def memory_tag_queries(episode: Episode) -> Episode:
 
 def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "models",
                       embedding_batch_size: int = 64) -> dict[str, dict[str, Any]]:
-    """Project defaults of the strategies' settings: caches under ``root/.cache``, trained models
-    under ``root/models`` (a strategy whose model is not there is listed as missing)."""
+    """Project defaults of the strategies' settings: caches under ``root/.cache`` (embeddings; the LLM layer's
+    response cache of the memory writers, ``llm_cache_dir``, as the benchmark's), trained models under
+    ``root/models`` (a strategy whose model is not there is listed as missing)."""
     models = root / models_dir
     cache = str(root / ".cache" / "embeddings")
+    llm_cache = str(root / ".cache" / "llm")
     defaults: dict[str, dict[str, Any]] = {
         "dense": {"cache_dir": cache, "batch_size": embedding_batch_size},
         "hybrid": {"cache_dir": cache, "batch_size": embedding_batch_size},
         # EMMA: memories written and linked by the trained dialogue module, retrieved by the trained retriever
-        "egocentric": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue")},
+        "egocentric": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue"),
+                       "llm_cache_dir": llm_cache},
         # the oracle: the dataset's own memories and links, the same retriever
-        "egocentric_gold": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue")},
+        "egocentric_gold": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue"),
+                            "llm_cache_dir": llm_cache},
         "graph": {"importance": "model", "importance_model": str(models / "glong_importance"),
-                  "extractor_model": str(models / "glong_extractor"), "cache_dir": cache},
+                  "extractor_model": str(models / "glong_extractor"), "cache_dir": cache, "llm_cache_dir": llm_cache},
+        "session_summary": {"llm_cache_dir": llm_cache},
         "mdr": {"teacher": str(models / "mdr_teacher")},
     }
     return {name: dict(defaults[name]) for name in strategies if name in defaults}

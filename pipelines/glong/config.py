@@ -82,7 +82,8 @@ class RetrievalConfig:
 
 @dataclass(frozen=True)
 class ImportanceConfig:
-    """Attention-aware importance scoring (section 3.2, Eqs. 1-3) with a T5 summariser."""
+    """Attention-aware importance scoring (section 3.2, Eqs. 1-3) with a T5 summariser (or the small profile's
+    decoder-only one, whose saved folder sets these: pipelines/glong/summariser.py)."""
 
     prefix: str = "summarize: "     # task prefix put before the concatenated triplets (T5 style)
     separator: str = ". "           # text between two serialised triplets in the input
@@ -145,17 +146,54 @@ class ExtractorTrainConfig:
 
 @dataclass(frozen=True)
 class SummariserTrainConfig:
-    """The importance module's T5 summariser (paper: T5-small fine-tuned on SAMSum)."""
+    """The importance module's summariser: the paper's T5 (T5-small fine-tuned on SAMSum; ``seq2seq``),
+    or the small profile's decoder-only substitute (``causal``: a pretrained instruction model adapted
+    with LoRA on its top layers, pipelines/glong/summariser.py; see pipelines/glong/importance.py)."""
 
-    model: str = "tiny"            # T5 spec name ("tiny", "t5-small") or a local model directory
+    arch: str = "seq2seq"          # "seq2seq": T5 cross-attention (paper); "causal": a decoder's self-attention
+    model: str = "tiny"            # seq2seq: T5 spec name ("tiny", "t5-small") or a local model directory;
+                                   # causal: a pretrained model (pipelines.llm.config.pretrained_folder)
     tokenizer_vocab: int = 2000    # byte-level BPE size trained on the pairs (spec models only)
-    prefix: str = "summarize: "    # task prefix of the source (also used when scoring triplets)
-    max_source_tokens: int = 512   # dialogue tokens kept (T5-small: 512)
-    max_target_tokens: int = 64    # summary tokens kept
+    prefix: str = "summarize: "    # task prefix of the source (also used when scoring triplets; seq2seq)
+    max_source_tokens: int = 512   # dialogue tokens kept (T5-small: 512); causal: also the scorer's window
+    max_target_tokens: int = 64    # summary tokens kept; causal: also the scorer's summary length
+    sources: tuple[str, ...] | None = None  # datasets whose session summaries train it (None: synthetic); a
+                                   # source with no train split (LoCoMo) is split by episode (holdout_episodes)
+    inputs: tuple[str, ...] = ("dialogue",)  # a session's source text: its "dialogue", and/or its "triplets"
+                                   # (sessions with triplets), serialised as the scorer serialises them
+    holdout_episodes: int = 1      # of a source with no train split, the last episodes kept for validation
+    max_train_pairs: int | None = None  # at most this many training pairs, evenly spaced (None: all)
+    max_valid_pairs: int | None = None  # at most this many validation pairs, evenly spaced (None: all)
+    lora_r: int = 16               # causal: LoRA rank
+    lora_alpha: int = 32           # causal: LoRA scaling numerator (scale = alpha / r)
+    lora_dropout: float = 0.05     # causal: dropout on the LoRA input
+    lora_layers: int = 0           # causal: LoRA on the linear projections of the top N blocks (0: all blocks)
 
     def __post_init__(self) -> None:
-        for name in ("tokenizer_vocab", "max_source_tokens", "max_target_tokens"):
+        if self.arch not in ("seq2seq", "causal"):
+            raise ConfigError(f"glong.summariser.arch must be 'seq2seq' or 'causal', got {self.arch!r}.")
+        for name in ("tokenizer_vocab", "max_source_tokens", "max_target_tokens", "lora_r", "lora_alpha"):
             _positive_int("glong.summariser", name, getattr(self, name))
+        for name in ("max_train_pairs", "max_valid_pairs"):
+            if getattr(self, name) is not None:
+                _positive_int("glong.summariser", name, getattr(self, name))
+        if isinstance(self.holdout_episodes, bool) or not isinstance(self.holdout_episodes, int) \
+                or self.holdout_episodes < 0:
+            raise ConfigError("glong.summariser.holdout_episodes must be an integer >= 0, "
+                              f"got {self.holdout_episodes!r}.")
+        if isinstance(self.lora_layers, bool) or not isinstance(self.lora_layers, int) or self.lora_layers < 0:
+            raise ConfigError(f"glong.summariser.lora_layers must be an integer >= 0 (0: every block), "
+                              f"got {self.lora_layers!r}.")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ConfigError(f"glong.summariser.lora_dropout must lie in [0, 1), got {self.lora_dropout!r}.")
+        inputs = (self.inputs,) if isinstance(self.inputs, str) else tuple(self.inputs)
+        if not inputs or not set(inputs) <= {"dialogue", "triplets"}:
+            raise ConfigError(f"glong.summariser.inputs must list 'dialogue' and/or 'triplets', got {self.inputs!r}.")
+        object.__setattr__(self, "inputs", inputs)
+        if self.sources is not None:
+            from pipelines.data.stage import training_sources
+
+            object.__setattr__(self, "sources", training_sources({"sources": self.sources}, "glong.summariser"))
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "SummariserTrainConfig":

@@ -28,17 +28,20 @@ relations read as a space — with duplicates within an utterance counted once.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
+import random
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from pipelines.data.schema import Episode, Triplet
+from pipelines.llm.base import PLAIN_TEMPLATE  # the plain layout of a prompt for a tokenizer without a chat template
 
 SYSTEM_INSTRUCTION = ("You are an expert in Knowledge Graph Construction. Extract (subject, relation, "
                       "object) triplets from the text and output them in JSON format.")
 USER_TEMPLATE = 'Extract triplets from the following dialogue:\n"{speaker}: {text}"'
-PLAIN_TEMPLATE = "### System:\n{system}\n### User:\n{user}\n### Assistant:\n"
 KEYS = ("subject", "relation", "object")
 STATUSES = ("valid", "repaired", "dropped")
 
@@ -252,6 +255,81 @@ def extraction_examples(episodes: Iterable[Episode], include_empty: bool = True
     return out
 
 
+SPLITS = ("train", "valid", "test")
+
+
+def normalise_utterance(text: str) -> str:
+    """Case-folded words (letters and digits), single-spaced: "I love cats!" and "i love cats ." are one."""
+    return " ".join(re.sub(r"[^\w\s]|_", " ", text.casefold()).split())
+
+
+def utterance_split(text: str, valid_share: float, test_share: float) -> str:
+    """"train", "valid" or "test" from a hash of the normalised utterance: deterministic, whatever the order or
+    the process, so the same utterance text lands in one split wherever it appears."""
+    digest = hashlib.sha256(normalise_utterance(text).encode("utf-8")).digest()
+    u = int.from_bytes(digest[:8], "big") / 2 ** 64          # uniform in [0, 1)
+    return "test" if u < test_share else "valid" if u < test_share + valid_share else "train"
+
+
+def split_by_utterance(examples: Iterable[ExtractionExample], valid_share: float, test_share: float
+                       ) -> dict[str, list[ExtractionExample]]:
+    """Examples of one dataset into train / valid / test by :func:`utterance_split`, in their order.
+
+    Examples of the same normalised utterance become one (the first's id and text, every distinct triplet), so an
+    utterance is scored against all its annotated triplets, once.
+    """
+    merged: dict[str, ExtractionExample] = {}
+    for e in examples:
+        key = normalise_utterance(e.text)
+        if key not in merged:
+            merged[key] = ExtractionExample(e.id, e.speaker, e.text, list(e.triplets))
+            continue
+        seen = {normalise(t) for t in merged[key].triplets}
+        merged[key].triplets.extend(t for t in e.triplets if normalise(t) not in seen)
+    out: dict[str, list[ExtractionExample]] = {split: [] for split in SPLITS}
+    for key, e in merged.items():
+        out[utterance_split(key, valid_share, test_share)].append(e)
+    return out
+
+
+def sample_examples(examples: Sequence[ExtractionExample], limit: int | None, seed: int
+                    ) -> list[ExtractionExample]:
+    """At most ``limit`` examples, a seeded sample kept in the given order (None: all)."""
+    if limit is None or len(examples) <= limit:
+        return list(examples)
+    keep = sorted(random.Random(seed).sample(range(len(examples)), limit))
+    return [examples[i] for i in keep]
+
+
+def sample_datasets(datasets: Sequence[Sequence[ExtractionExample]], limit: int | None, seed: int
+                    ) -> list[ExtractionExample]:
+    """At most ``limit`` examples of several datasets, shared equally (a dataset with fewer gives its share to the
+    others): 19,000 PersonaExt utterances do not crowd out 960 synthetic ones. Each a :func:`sample_examples`."""
+    if limit is None:
+        return [e for examples in datasets for e in examples]
+    shares, left = [0] * len(datasets), limit
+    for rank, i in enumerate(sorted(range(len(datasets)), key=lambda i: len(datasets[i]))):
+        shares[i] = min(len(datasets[i]), left // (len(datasets) - rank))
+        left -= shares[i]
+    return [e for examples, n in zip(datasets, shares) for e in sample_examples(examples, n, seed)]
+
+
+def evenly_spaced(items: Sequence, n: int | None) -> list:
+    """At most ``n`` of ``items``, evenly spaced, in order (all of them when ``n`` is None)."""
+    from pipelines.mdr.evaluate import select_examples
+
+    return select_examples(items, n)
+
+
+def evaluation_examples(examples: Sequence[ExtractionExample], limit: int) -> list[ExtractionExample]:
+    """At most ``limit`` examples to score: half with facts (recall) and half fact-free (precision) where both
+    are there, the other kind filling in otherwise; each kind evenly spaced over the split."""
+    facts = [e for e in examples if e.triplets]
+    empty = [e for e in examples if not e.triplets]
+    n_facts = min(len(facts), max(limit // 2, limit - len(empty)))
+    return evenly_spaced(facts, n_facts) + evenly_spaced(empty, min(len(empty), limit - n_facts))
+
+
 # --- greedy inference --------------------------------------------------------------------------
 
 class TripletExtractor:
@@ -296,21 +374,30 @@ class TripletExtractor:
             outputs.extend(tok.batch_decode(new, skip_special_tokens=True))
         return outputs
 
-    def __call__(self, pairs: Sequence[tuple[str, str]]) -> list[list[Triplet]]:
+    def parse(self, pairs: Sequence[tuple[str, str]]) -> list[Parsed]:
+        """Each pair's output, parsed (counted in ``stats``)."""
         result = []
         for text in self.generate(list(pairs)):
             parsed = parse_triplets(text)
             self.stats.add(parsed.status, parsed.items_dropped)
-            result.append(parsed.triplets)
+            result.append(parsed)
         return result
+
+    def __call__(self, pairs: Sequence[tuple[str, str]]) -> list[list[Triplet]]:
+        return [parsed.triplets for parsed in self.parse(pairs)]
+
+
+def extraction_scores(parsed: Sequence[Parsed], gold: Sequence[Sequence[Triplet]]) -> dict[str, float]:
+    """Triplet P/R/F1 of parsed outputs against the gold lists, plus their parse counts."""
+    scores = triplet_prf([p.triplets for p in parsed], gold)
+    statuses = Counter(p.status for p in parsed)
+    counts = {f"parse_{k}": float(statuses[k]) for k in STATUSES}
+    counts["parse_items_dropped"] = float(sum(p.items_dropped for p in parsed))
+    return {**scores.to_dict(), **counts}
 
 
 def evaluate_extractor(extractor: TripletExtractor, examples: Sequence[ExtractionExample]
                        ) -> dict[str, float]:
     """Triplet P/R/F1 on ``examples`` plus the parse counters of this evaluation."""
-    before = ParseStats(**extractor.stats.to_dict())
-    predicted = extractor([(e.speaker, e.text) for e in examples])
-    scores = triplet_prf(predicted, [e.triplets for e in examples])
-    after = extractor.stats.to_dict()
-    counts = {f"parse_{k}": float(after[k] - getattr(before, k)) for k in after}
-    return {**scores.to_dict(), **counts}
+    parsed = extractor.parse([(e.speaker, e.text) for e in examples])
+    return extraction_scores(parsed, [e.triplets for e in examples])

@@ -9,7 +9,9 @@
 
   (seq2seq: the answer is the decoder target). Paper: Qwen3-8B on PersonaExt, 10 epochs, batch
   16, greedy decoding at inference. Tiny profile: a random-init GPT-2 (or T5) over a byte-level BPE
-  trained on the examples, saved under ``base_dir`` so that the adapter has its base.
+  trained on the examples, saved under ``base_dir`` so that the adapter has its base. Small profile:
+  SmolLM2-135M-Instruct (``smollm2-135m-instruct``, the LLM layer's shipped GGUF converted once), its own
+  tokenizer and chat template; any pretrained model is found by :func:`pretrained_base`.
 - :class:`GLongImportanceTask`: the importance module's summariser (section 3.2; paper: T5-small
   fine-tuned on SAMSum): full fine-tuning on dialogue -> summary pairs with cross-entropy on the
   summary. Pairs come from SAMSum's published JSON (:func:`read_samsum`) when given, else from
@@ -51,13 +53,19 @@ def bnb_4bit_config():
 
 
 def load_base(path: str | Path, arch: str, quantize_4bit: bool):
-    """A causal / seq2seq LM from a local folder, optionally quantised to 4-bit NF4."""
+    """A causal / seq2seq LM from a local folder, optionally quantised to 4-bit NF4.
+
+    Full-precision weights for the CPU are read into memory (``disable_mmap``): loaded as they are stored (fp32),
+    transformers would leave them views of the memory-mapped safetensors file, clean page-cache pages that a
+    machine short of memory drops and reads back from disk in every forward pass (SmolLM2's 525 MB: training
+    steps of 20 s took 40 to 150 s on the shared 2-core machine)."""
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     cls = AutoModelForCausalLM if arch == "causal" else AutoModelForSeq2SeqLM
-    kwargs = {}
     if quantize_4bit:
         kwargs = {"quantization_config": bnb_4bit_config(), "device_map": {"": process_device()}}
+    else:
+        kwargs = {"disable_mmap": process_device().type == "cpu"}
     return cls.from_pretrained(str(path), local_files_only=True, **kwargs)
 
 
@@ -86,6 +94,18 @@ def pad_batch(items: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
     out["attention_mask"] = torch.tensor([[1] * len(i["input_ids"]) + [0] * (width - len(i["input_ids"]))
                                           for i in items])                                  # (B, T)
     return out
+
+
+def pretrained_base(model: str) -> Path:
+    """The folder of a pretrained base (``smollm2-135m-instruct``, a .gguf file, a save_pretrained folder, a name in
+    the local Hugging Face cache), through :func:`pipelines.llm.config.pretrained_folder`: nothing is downloaded."""
+    from pipelines.llm.base import LLMError
+    from pipelines.llm.config import pretrained_folder
+
+    try:
+        return pretrained_folder(model)
+    except LLMError as err:
+        raise ConfigError(f"glong.extractor.model {model!r}: {err}") from None
 
 
 def _is_spec(name: str, arch: str) -> bool:
@@ -145,8 +165,10 @@ class GLongExtractorTask(_EncodedLMTask):
                             rule="non_empty_training_set")
         self.config, self.base_dir = config, Path(base_dir)
         self.own_base = _is_spec(config.model, config.arch)
+        # a spec model's random base is written to base_dir; a pretrained one is read where it lies
+        self.base_path = self.base_dir if self.own_base else pretrained_base(config.model)
         texts = [render_prompt(e.speaker, e.text) + e.target for e in train]
-        self.tokenizer = _tokenizer(config.model, self.own_base, texts, config.tokenizer_vocab)
+        self.tokenizer = _tokenizer(str(self.base_path), self.own_base, texts, config.tokenizer_vocab)
         self._train = [self.encode(e) for e in train]
         self._valid = [self.encode(e) for e in valid] if valid else None
 
@@ -161,9 +183,9 @@ class GLongExtractorTask(_EncodedLMTask):
         return {"input_ids": prompt + answer, "labels": [IGNORE] * len(prompt) + answer}
 
     def _save_base(self) -> Path:
-        """Random-init base (spec models) written once to ``base_dir``; a path model is its own base."""
+        """Random-init base (spec models) written once to ``base_dir``; a pretrained model is its own base."""
         if not self.own_base:
-            return Path(self.config.model)
+            return self.base_path
         if not (self.base_dir / "config.json").exists():
             tok, c = self.tokenizer, self.config
             # the base's random init draws from its own generator: whether the folder already existed
@@ -215,12 +237,17 @@ class GLongExtractorTask(_EncodedLMTask):
         meta = {"arch": self.config.arch, "base": "base" if self.own_base else str(base.resolve()),
                 "quantize_4bit": self.config.quantize_4bit,
                 "max_new_tokens": self.config.max_new_tokens}
+        if not self.own_base:
+            meta["model"] = self.config.model   # found again by name when the base folder moved (another root)
         (out_dir / "extractor.json").write_text(json.dumps(meta, indent=1))
 
 
 def load_extractor(final_dir: str | Path, *, quantize_4bit: bool | None = None,
                    batch_size: int = 16) -> TripletExtractor:
-    """The greedy extractor saved by :class:`GLongExtractorTask` (base + LoRA adapter)."""
+    """The greedy extractor saved by :class:`GLongExtractorTask` (base + LoRA adapter).
+
+    ``extractor.model`` is a peft model: ``with extractor.model.disable_adapter():`` it is the base alone, as the
+    stage scores it zero-shot."""
     from peft import PeftModel
     from transformers import AutoTokenizer
 
@@ -230,6 +257,8 @@ def load_extractor(final_dir: str | Path, *, quantize_4bit: bool | None = None,
         raise ConfigError(f"{final_dir} holds no trained extractor (missing extractor.json).")
     meta = json.loads(meta_path.read_text())
     base = final_dir / meta["base"] if meta["base"] == "base" else Path(meta["base"])
+    if not base.is_dir() and "model" in meta:
+        base = pretrained_base(meta["model"])
     quantize = meta["quantize_4bit"] if quantize_4bit is None else quantize_4bit
     model = PeftModel.from_pretrained(load_base(base, meta["arch"], quantize), final_dir / "adapter")
     tokenizer = AutoTokenizer.from_pretrained(final_dir / "tokenizer", local_files_only=True)
@@ -241,18 +270,35 @@ def load_extractor(final_dir: str | Path, *, quantize_4bit: bool | None = None,
 
 @dataclass(frozen=True)
 class SummaryPair:
-    """A dialogue and its reference summary."""
+    """A session's source text and its reference summary."""
 
     id: str
-    dialogue: str   # "Speaker: utterance" lines
+    dialogue: str   # the source: "Speaker: utterance" lines, or (kind "triplets") the serialised triplets
     summary: str
+    kind: str = "dialogue"   # "dialogue" or "triplets": which source, hence which instruction (causal)
 
 
-def session_summary_pairs(episodes: Iterable[Episode]) -> list[SummaryPair]:
-    """Every session with a summary (synthetic data, MSC/CC summaries) as a dialogue pair."""
-    return [SummaryPair(f"{e.id}/{s.id}", "\n".join(f"{t.speaker}: {t.text}" for t in s.turns),
-                        s.summary)
-            for e in episodes for s in e.sessions if s.summary and s.turns]
+def session_summary_pairs(episodes: Iterable[Episode], inputs: Sequence[str] = ("dialogue",),
+                          separator: str = ". ") -> list[SummaryPair]:
+    """Every session with a summary (synthetic data, LoCoMo, MSC/CC summaries) as one pair per input kind:
+    its dialogue and, for a session whose turns carry triplets, its triplets joined by ``separator`` as
+    the importance scorer lays them out (pipelines.glong.importance.join_triplets). Ids:
+    ``<episode>/<session>``, and ``<episode>/<session>:triplets`` for the triplets."""
+    from pipelines.glong.importance import join_triplets
+
+    out = []
+    for e in episodes:
+        for s in e.sessions:
+            if not (s.summary and s.turns):
+                continue
+            if "dialogue" in inputs:
+                out.append(SummaryPair(f"{e.id}/{s.id}", "\n".join(f"{t.speaker}: {t.text}" for t in s.turns),
+                                       s.summary))
+            triplets = [t for turn in s.turns for t in turn.triplets]
+            if "triplets" in inputs and triplets:
+                out.append(SummaryPair(f"{e.id}/{s.id}:triplets", join_triplets(triplets, separator)[0], s.summary,
+                                       kind="triplets"))
+    return out
 
 
 def read_samsum(path: str | Path) -> list[SummaryPair]:

@@ -20,6 +20,22 @@ Message = dict[str, str]          # {"role": "system" | "user" | "assistant", "c
 Messages = list[Message]          # one conversation
 ROLES = ("system", "user", "assistant")
 TEMPLATE_TOKENS_PER_MESSAGE = 8   # chat-template markup around a message (role tags, separators): an allowance
+PROMPT_FORMATS = ("auto", "chat", "plain", "raw")   # how a local model reads messages (LLMConfig.prompt_format)
+# The plain layout of a system + user prompt for a tokenizer without a chat template (G-Long's extractor on the tiny
+# profile's models is trained on it, pipelines/glong/extractor.py); :func:`plain_prompt` lays out any conversation so.
+PLAIN_TEMPLATE = "### System:\n{system}\n### User:\n{user}\n### Assistant:\n"
+
+
+def plain_prompt(messages: Messages) -> str:
+    r"""``messages`` in the plain layout: each as ``### Role:\n{content}\n``, then ``### Assistant:\n`` (a system
+    and a user message give exactly :data:`PLAIN_TEMPLATE`)."""
+    return "".join(f"### {m['role'].capitalize()}:\n{m['content']}\n" for m in messages) + "### Assistant:\n"
+
+
+def raw_prompt(messages: Messages) -> str:
+    """The contents of ``messages`` alone, one per line, no markup: the prompt of a model fine-tuned on bare source
+    text (a decoder-only EMMA dialogue module reads ``summarize [ABOUT_X]: ...`` as it is)."""
+    return "\n".join(m["content"] for m in messages)
 
 
 class LLMError(RuntimeError):

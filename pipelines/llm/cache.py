@@ -12,7 +12,8 @@ whole, and two writers of one key write the same request.
 :class:`CachedLLM` wraps any :class:`~pipelines.llm.base.LLM`: it splits a batch into hits and misses, asks
 the wrapped backend for the misses only (each distinct request once), and returns every completion in order,
 the hits with ``cached=True``. It never loads a model itself, so a run served wholly from the cache never loads
-one. ``stats()`` counts, per instance: ``calls`` (conversations asked), ``hits``, ``misses``, the tokens the
+one. ``forget(batch, settings)`` removes the stored answers to given requests (a memory writer forgetting a
+turn). ``stats()`` counts, per instance: ``calls`` (conversations asked), ``hits``, ``misses``, the tokens the
 backend spent on the misses, their cost when a price is configured, and the seconds spent in the backend.
 """
 
@@ -78,6 +79,14 @@ class ResponseCache:
                            "completion_tokens": completion.completion_tokens, "latency_s": completion.latency_s,
                            "finish_reason": completion.finish_reason, "extra": completion.extra},
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, indent=None)
+
+    def delete(self, key: str) -> bool:
+        """Remove the stored response of ``key``; whether there was one."""
+        try:
+            self.path(key).unlink()
+            return True
+        except FileNotFoundError:
+            return False
 
     def __len__(self) -> int:
         return sum(1 for _ in self.folder.glob("??/*.json")) if self.folder.is_dir() else 0
@@ -173,6 +182,12 @@ class CachedLLM(LLM):
             if results[i] is None:       # a repeat of a request asked in this batch is served as a cache hit
                 results[i] = received[key] if first[key] == i else dataclasses.replace(received[key], cached=True)
         return results  # type: ignore[return-value]
+
+    def forget(self, batch: Sequence[Messages], settings: GenerationSettings) -> int:
+        """Remove the stored answers to the conversations of ``batch`` (asked with ``settings``): a memory that
+        forgets what a conversation holds leaves no copy of it in the cache. Returns how many were stored."""
+        identity = self.llm.identity()
+        return sum(self.cache.delete(request_key(identity, m, settings)) for m in batch)
 
     def stats(self) -> dict[str, Any]:
         """calls, hits, misses, prompt_tokens and completion_tokens spent on the misses, cost_usd (None without

@@ -1,4 +1,5 @@
-"""What a language model of the benchmark is (``llm.reader`` / ``llm.judge`` in params.yaml) and how to build one.
+"""What a language model of the benchmark is (``llm.reader`` / ``llm.judge`` in params.yaml, and the memory writers'
+``extractor_llm`` / ``dialogue_llm`` / ``summary_llm`` of benchmark.strategy_settings) and how to build one.
 
 :class:`LLMConfig` names the backend and the model and carries the settings of both backends (each reads its
 own); :func:`build_llm` turns it into an :class:`~pipelines.llm.base.LLM`, behind the response cache
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pipelines.errors import ConfigError
-from pipelines.llm.base import LLM, GenerationSettings
+from pipelines.llm.base import LLM, PROMPT_FORMATS, GenerationSettings
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_CACHE_DIR = ".cache/llm"    # relative to the working directory, as the embedding cache's
@@ -58,6 +59,16 @@ class LLMConfig:
     price_prompt_per_1m: float | None = None      # USD per million prompt tokens (cost in the cache's stats)
     price_completion_per_1m: float | None = None  # USD per million completion tokens
     cache: bool = True                  # put the content-addressed response cache in front of the backend
+    adapter: str | None = None          # local: a peft LoRA adapter folder (adapter_config.json) loaded over
+                                        # ``model`` and merged into it (merge_and_unload); part of the model's
+                                        # identity (fingerprinted like a folder). A served adapter is the server's
+                                        # (vLLM: --enable-lora --lora-modules NAME=FOLDER, then model: NAME)
+    prompt_format: str = "auto"         # local: how messages become the prompt: auto (the tokenizer's chat
+                                        # template, else the plain layout) | chat | plain ("### System:\n..."
+                                        # "### Assistant:\n", base.PLAIN_TEMPLATE) | raw (the contents alone,
+                                        # one per line: a model fine-tuned on bare source text)
+    extra_body: dict[str, Any] | None = None  # openai: extra fields of every request, e.g. Qwen3 on vLLM without
+                                        # its thinking: {chat_template_kwargs: {enable_thinking: false}}
 
     def __post_init__(self) -> None:
         def bad(key: str, why: str) -> ConfigError:
@@ -91,12 +102,26 @@ class LLMConfig:
                               "not the key itself.")
         if not isinstance(self.cache, bool):
             raise bad("cache", "it must be true or false.")
+        if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter.strip()):
+            raise bad("adapter", "give the folder of a peft LoRA adapter (adapter_config.json), or null.")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise bad("prompt_format", f"choose one of {', '.join(PROMPT_FORMATS)}.")
+        if self.extra_body is not None and not isinstance(self.extra_body, dict):
+            raise bad("extra_body", "give a mapping of extra request fields, or null.")
+        if self.backend == "local" and self.extra_body is not None:
+            raise bad("extra_body", "extra request fields are sent to a server: the openai backend only.")
         if self.backend == "openai":
             if not isinstance(self.base_url, str) or not re.match(r"https?://", self.base_url):
                 raise bad("base_url", "the openai backend needs the server's URL, e.g. http://127.0.0.1:8000/v1.")
             if self.model == DEFAULT_MODEL:
                 raise bad("model", "the openai backend needs the model id the server serves (GET <base_url>/models "
                           "lists them; `transformers serve FOLDER` serves FOLDER's path).")
+            if self.adapter is not None:
+                raise bad("adapter", "a served model's adapter is loaded by the server (vLLM: --enable-lora "
+                          "--lora-modules NAME=FOLDER); name it in model: NAME.")
+            if self.prompt_format != "auto":
+                raise bad("prompt_format", "the server applies its own chat template; only auto is accepted with "
+                          "the openai backend.")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str = "llm") -> "LLMConfig":
@@ -163,3 +188,14 @@ def build_llm(config: LLMConfig | Mapping[str, Any], cache_dir: str | os.PathLik
 
     return CachedLLM(backend, ResponseCache(root / "responses"), price_prompt_per_1m=cfg.price_prompt_per_1m,
                      price_completion_per_1m=cfg.price_completion_per_1m)
+
+
+def pretrained_folder(model: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The folder ``from_pretrained`` loads for a pretrained model reference, for training from it (the small
+    profile's bases): the shipped default (``smollm2-135m-instruct``: its GGUF converted once, under a lock, into
+    :func:`models_dir`), a .gguf file, a save_pretrained folder, or a name already in the local Hugging Face cache.
+    Nothing is downloaded. ``cache_dir``: as :func:`build_llm`'s (default: ``<project root>/.cache/llm``)."""
+    from pipelines.config import ROOT
+    from pipelines.llm.local import resolve_model
+
+    return resolve_model(model, models_dir(cache_dir if cache_dir is not None else ROOT / DEFAULT_CACHE_DIR))

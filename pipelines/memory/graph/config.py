@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pipelines.errors import ConfigError
 from pipelines.glong.config import PARK_DECAY_PER_HOUR, RetrievalConfig
+from pipelines.llm.config import DEFAULT_CACHE_DIR as LLM_CACHE_DIR
 from pipelines.memory.base import StrategyConfig
 from pipelines.memory.embeddings import DEFAULT_CACHE_DIR
 
@@ -18,8 +19,12 @@ class GraphConfig(StrategyConfig):
     """G-Long graph memory: extraction, importance, embeddings and retrieval knobs."""
 
     context_k: int = 3             # triplets in the MEMORY block: the paper keeps 3 (of 5)
-    extraction: Literal["ground_truth", "model"] = "ground_truth"  # Turn.triplets, or an extractor
+    # Turn.triplets; the trained extractor (extractor_model); or a language model through pipelines/llm with the
+    # paper's prompt (extractor_llm: e.g. the fine-tuned base + adapter, or Qwen3-8B served by vLLM)
+    extraction: Literal["ground_truth", "model", "llm"] = "ground_truth"
     extractor_model: str | None = None  # local dir of the trained QLoRA extractor ("model" only)
+    extractor_llm: dict[str, Any] | None = None  # "llm" only: LLM settings as llm.reader's ({backend, model, ...})
+    llm_cache_dir: str | None = LLM_CACHE_DIR  # the LLM layer's response cache (and converted models) of extractor_llm
     importance: Literal["uniform", "model"] = "uniform"  # 1.0 for every triplet, or Eqs. (1)-(3)
     importance_model: str | None = None  # local dir of the trained T5 summariser ("model" only)
     embedder: Literal["minilm", "hashing"] = "minilm"  # all-MiniLM-L6-v2, or word hashing (tests)
@@ -43,12 +48,23 @@ class GraphConfig(StrategyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        choices = {"extraction": ("ground_truth", "model"), "importance": ("uniform", "model"),
+        choices = {"extraction": ("ground_truth", "model", "llm"), "importance": ("uniform", "model"),
                    "embedder": ("minilm", "hashing"), "entity_index": ("auto", "flat", "hnsw")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"graph.{name} must be one of {list(allowed)}, got "
                                   f"{getattr(self, name)!r}.")
+        if self.extraction == "llm":
+            if self.extractor_llm is None:
+                raise ConfigError("graph.extraction is 'llm' but graph.extractor_llm is not set: give the language "
+                                  "model's settings, e.g. {backend: openai, base_url: http://127.0.0.1:8000/v1, "
+                                  "model: Qwen/Qwen3-8B} or {backend: local, model: <base folder>, adapter: <folder>}.")
+            from pipelines.memory.writers import writer_config
+
+            writer_config("extractor", self.extractor_llm, "graph.extractor_llm")   # its own checks, named
+        elif self.extractor_llm is not None:
+            raise ConfigError(f"graph.extractor_llm is set but graph.extraction is {self.extraction!r}: the language "
+                              "model extracts only with extraction: llm.")
         if not isinstance(self.exact_up_to, int) or isinstance(self.exact_up_to, bool) \
                 or self.exact_up_to < 2:
             raise ConfigError(f"graph.exact_up_to must be an integer >= 2, got {self.exact_up_to!r}.")

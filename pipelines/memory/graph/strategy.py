@@ -1,8 +1,10 @@
 """``graph``: G-Long's graph memory (seed 003) behind the project's memory interface.
 
-- ``observe(episode, session)``: the session's triplets (the ground-truth ``Turn.triplets`` or
-  an injected extractor's output, ``extraction``) are scored once per session (``importance``:
-  uniform 1.0, or the T5 cross-attention scores of Eqs. 1-3, normalised by the session maximum)
+- ``observe(episode, session)``: the session's triplets (``extraction``: the ground-truth ``Turn.triplets``, the
+  trained extractor's output, or a language model's through pipelines/llm with the same prompt,
+  :class:`~pipelines.memory.writers.LLMExtractor`, batched over every turn in ``prepare``) are scored once
+  per session (``importance``: uniform 1.0, or the T5 cross-attention scores of Eqs. 1-3, normalised by the
+  session maximum)
   and stored as edges of the graph memory bank with their source turn, session, speaker and the
   session's time.
 - ``retrieve(query, k)``: section 3.4 (anchors, 1-hop candidates, coarse top-N, Eq. 4) at the
@@ -16,7 +18,8 @@
   them, said in a session they took part in (to them), or naming them (their entity, as subject,
   object or within either); :meth:`GraphMemory.forget_entities` removes entities. Every deletion
   cascades through the graph, the entity index, the column store and the embedding cache (a text
-  another held triplet or entity still has, in any episode's bank, keeps its cached vector).
+  another held triplet or entity still has, in any episode's bank, keeps its cached vector); with
+  ``extraction: llm`` the extractor's answers for the forgotten turns leave its memo and the response cache.
 
 One bank per episode (:mod:`pipelines.memory.base` scopes): the entity "user" of one LongMemEval
 episode is not the "user" of another, so banks never share nodes; they share the embedder.
@@ -41,6 +44,7 @@ from pipelines.glong.retrieve import memory_block, retrieve
 from pipelines.memory.base import (MemoryStrategy, Retrieved, Selector, check_k, register_strategy,
                                    session_participants)
 from pipelines.memory.graph.config import GraphConfig
+from pipelines.memory.writers import shared_writer
 
 # A triplet extractor maps (speaker, utterance) pairs to one list of triplets per pair.
 Extractor = Callable[[Sequence[tuple[str, str]]], list[list[Triplet]]]
@@ -101,7 +105,8 @@ class GraphMemory(MemoryStrategy):
 
     @classmethod
     def required_models(cls, settings: dict) -> dict[str, str]:
-        """The extractor only with ``extraction: model``, the summariser only with ``importance: model``."""
+        """The extractor only with ``extraction: model`` (``llm`` calls a configured language model), the summariser
+        only with ``importance: model``."""
         need = {}
         if settings.get("extraction", GraphConfig.extraction) == "model":
             need["extractor_model"] = cls.model_settings["extractor_model"]
@@ -112,14 +117,15 @@ class GraphMemory(MemoryStrategy):
     @classmethod
     def unavailable(cls, episodes: Sequence[Episode], settings: dict) -> str | None:
         """With ``extraction: ground_truth`` the data must give triplets (``Turn.triplets``): without any,
-        the graph stays empty. An extractor (``extraction: model``) needs nothing from the data."""
+        the graph stays empty. An extractor (``extraction: model`` or ``llm``) needs nothing from the data."""
         if settings.get("extraction", GraphConfig.extraction) != "ground_truth":
             return None
         if any(turn.triplets for e in episodes for _, turn in e.turns()):
             return None
         turns = sum(len(s.turns) for e in episodes for s in e.sessions)
         return (f"the data has no triplets (none of the {turns} turns of the {len(episodes)} episodes has one), "
-                f"and extraction 'ground_truth' reads them; set extraction: model to use the trained extractor")
+                f"and extraction 'ground_truth' reads them; set extraction: model to use the trained extractor, "
+                f"or extraction: llm with extractor_llm")
 
     def __init__(self, config: GraphConfig | None = None, counter=None, *, embedder=None,
                  extractor: Extractor | None = None, scorer: ImportanceScorer | None = None):
@@ -130,6 +136,8 @@ class GraphMemory(MemoryStrategy):
         if c.extraction == "model" and extractor is None:
             raise ConfigError("graph.extraction is 'model' but no triplet extractor was given; pass "
                               "extractor=... or graph.extractor_model, or use extraction 'ground_truth'.")
+        if c.extraction == "llm" and extractor is None:
+            extractor = shared_writer("extractor", c.extractor_llm, c.llm_cache_dir, role="graph.extractor_llm")
         self.extractor = extractor
         if c.importance == "uniform":
             self.scorer: ImportanceScorer = uniform_importance
@@ -147,6 +155,7 @@ class GraphMemory(MemoryStrategy):
         c: GraphConfig = self.config
         return {"bank": GraphMemoryBank(self.embedder, c.entity_index, c.exact_up_to),
                 "_sessions": {},   # observed session id -> its participants
+                "_asked": {},      # extraction llm: turn id -> (session id, speaker, text) the extractor was asked
                 "_clock": 0.0}     # time of the latest observed session, POSIX seconds
 
     def _held_texts(self) -> set[str]:
@@ -185,15 +194,25 @@ class GraphMemory(MemoryStrategy):
         return [list(t) for t in out]
 
     def prepare(self, episodes: Sequence[Episode]) -> None:
-        """Warm the embedding cache with every entity, triplet and question, in one batch.
+        """With ``extraction: llm``, extract the triplets of every turn of ``episodes`` in one batched call (the
+        extractor memoises them for ``observe``) and log what its calls cost; then warm the embedding cache with
+        every entity, triplet and question, in one batch.
 
-        Pure text work (ground-truth triplets only; an extractor's output is not known before
-        ``observe``): nothing enters memory. Without an embedding cache it does nothing.
+        Pure work on text: nothing enters memory. The trained extractor's output is not known before ``observe``
+        (no warming then); without an embedding cache the warming does nothing.
         """
-        if getattr(self.embedder, "cache", None) is None or \
-                self.config.extraction != "ground_truth":
+        if self.config.extraction == "llm":
+            pairs = [(turn.speaker, turn.text) for e in episodes for _, turn in e.turns()]
+            per_turn = self.extractor(pairs)
+            if hasattr(self.extractor, "log_report"):
+                self.extractor.log_report()
+        elif self.config.extraction == "ground_truth":
+            per_turn = [turn.triplets for e in episodes for _, turn in e.turns()]
+        else:
             return
-        texts = [x for e in episodes for _, turn in e.turns() for t in turn.triplets
+        if getattr(self.embedder, "cache", None) is None:
+            return
+        texts = [x for triplets in per_turn for t in triplets
                  for x in (" ".join(t.subject.split()), " ".join(t.object.split()), t.serialise())]
         texts += [q.question for e in episodes for q in e.queries]
         self.embedder.embed(list(dict.fromkeys(texts)))
@@ -207,6 +226,8 @@ class GraphMemory(MemoryStrategy):
         self._sessions[session.id] = session_participants(episode, session)
         when = self.session_time(session)
         per_turn = self._session_triplets(session)
+        if self.config.extraction == "llm":
+            self._asked.update((t.id, (session.id, t.speaker, t.text)) for t in session.turns)
         flat = [(turn, t) for turn, triplets in zip(session.turns, per_turn) for t in triplets]
         scores = self.scorer([t for _, t in flat]) if flat else []
         if len(scores) != len(flat):
@@ -248,11 +269,22 @@ class GraphMemory(MemoryStrategy):
                                     participants=self._sessions.get(f.session_id, ()), text=f.text)
 
         removed = self.bank.remove_where(named)
+        self._forget_asked(selector)
         for sid in selector.session_ids:
             self._sessions.pop(sid, None)
         if selector.speakers:  # their names leave the record of who took part, as everything said to them did
             self._sessions = {sid: selector.scrub(names) for sid, names in self._sessions.items()}
         return len(removed)
+
+    def _forget_asked(self, selector: Selector) -> None:
+        """extraction llm: the turns ``selector`` names (by id, session, or about a selected speaker) leave the
+        extractor's memo and the response cache."""
+        gone = [tid for tid, (sid, speaker, text) in self._asked.items()
+                if selector.matches(turn_id=tid, session_id=sid, speakers=(speaker,),
+                                    participants=self._sessions.get(sid, ()), text=text)]
+        pairs = [self._asked.pop(tid)[1:] for tid in gone]
+        if pairs and hasattr(self.extractor, "forget"):
+            self.extractor.forget(pairs)
 
     def forget_entities(self, names: Iterable[str]) -> int:
         """Remove entities and every triplet that names them; returns the triplets removed."""
