@@ -152,6 +152,9 @@ class ProtocolResult:
     scores: list[QueryScore]
     excluded: list[Exclusion]
     contexts: list[AnswerContext] = field(default_factory=list)  # recorded under ProtocolConfig.answers
+    # per episode: (episode id, sessions observed, items the memory held after its last session): what a
+    # strategy wrote (a graph's triplets, EMMA's memories, a store's turns)
+    memory: list[tuple[str, int, int]] = field(default_factory=list)
     _aggregate: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def exclusion_counts(self) -> dict[str, int]:
@@ -163,6 +166,12 @@ class ProtocolResult:
         if self._aggregate is None:
             self._aggregate = aggregate(self.scores)
         return self._aggregate
+
+    def memory_written(self) -> dict[str, float]:
+        """Items held after the last session, summed over the episodes, the sessions observed, and their ratio."""
+        items, sessions = sum(m[2] for m in self.memory), sum(m[1] for m in self.memory)
+        return {"items": float(items), "sessions": float(sessions),
+                "items_per_session": items / sessions if sessions else 0.0}
 
     def retrieved_nothing(self) -> bool:
         """True when queries were scored and not one retrieval returned an item: the memory stayed empty
@@ -363,11 +372,14 @@ def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], Memor
     scores: list[QueryScore] = []
     excluded: list[Exclusion] = []
     contexts: list[AnswerContext] = []
+    memory: list[tuple[str, int, int]] = []
     for episode in tqdm(episodes, desc=f"benchmark {label}", unit="episode", disable=not config.show_progress):
-        s, e = evaluate_episode(episode, build(), config, name=label, contexts=contexts)
+        strategy = build()
+        s, e = evaluate_episode(episode, strategy, config, name=label, contexts=contexts)
         scores.extend(s)
         excluded.extend(e)
-    return ProtocolResult(label, len(episodes), scores, excluded, contexts)
+        memory.append((episode.id, len(episode.sessions), len(strategy)))
+    return ProtocolResult(label, len(episodes), scores, excluded, contexts, memory)
 
 
 def _group(scores: Sequence[QueryScore]) -> dict[str, Any]:

@@ -371,6 +371,12 @@ class SuiteRun:
         return {name: {"scored": r.aggregate()["overall"]["queries"], **r.exclusion_counts()}
                 for name, r in self.results.items()}
 
+    def memory_written(self) -> dict[str, dict[str, float]]:
+        """Strategy -> what its memory held after each episode's last session (items, sessions, items per
+        session), for the strategies that keep something."""
+        return {name: r.memory_written() for name, r in self.results.items()
+                if r.memory and name not in EMPTY_BY_DESIGN}
+
 
 def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
                    tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None,
@@ -608,6 +614,15 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny", answers: AnswerRun | N
                   "Excluded: abstention questions (no evidence to retrieve), queries whose evidence is not "
                   "strictly earlier than the session they are asked in (never shown to a retriever), queries "
                   "without evidence.", ""]
+    written = run.memory_written()
+    if written:
+        lines += ["### Memory written", "",
+                  markdown_table({row_label(name): m for name, m in written.items()},
+                                 ["items", "sessions", "items_per_session"], ranked=(),
+                                 decimals={"items": 0, "sessions": 0, "items_per_session": 2}), "",
+                  "Items each memory held after the last session of every episode, summed over the episodes: "
+                  "turns of a store, memories written by EMMA's summariser, triplets written by G-Long's "
+                  "extractor, summaries.", ""]
     lines += ["### Retrieval", "", main if main else "No strategy could run.", ""]
     oracles = {name: oracle_reason(name) for name in suite.strategies if oracle_reason(name)}
     if oracles:
@@ -747,6 +762,7 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
     files.update({p.relative_to(out).as_posix(): p for p in plots})
     return {"metrics": metrics, "markdown": tables, "plots": plots, "files": files,
             "counts": {run.suite.name: run.counts() for run in runs},
+            "memory": {run.suite.name: run.memory_written() for run in runs},
             "missing": {run.suite.name: dict(run.missing) for run in runs},
             "generation_missing": {run.suite.name: dict(run.generation_missing) for run in runs},
             "dvc_plot": dvc_plot, "answers": summaries,

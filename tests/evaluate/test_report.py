@@ -33,6 +33,16 @@ def test_metrics_json_is_suite_strategy_metric(report):
     assert metrics["synthetic"]["no_history"]["context_tokens"] == 0.0
 
 
+def test_what_each_memory_wrote_is_counted_per_session(report, episode):
+    out, root = report
+    turns, sessions = sum(len(s.turns) for s in episode.sessions), len(episode.sessions)
+    written = out["memory"]["synthetic"]
+    assert "no_history" not in written                     # empty by design
+    assert written["bm25"] == {"items": turns, "sessions": sessions, "items_per_session": turns / sessions}
+    md = (root / "benchmark.md").read_text()
+    assert "### Memory written" in md and f"| bm25 | {turns} | {sessions} | {turns / sessions:.2f} |" in md
+
+
 def test_benchmark_md_has_header_tables_and_bold_best(report):
     out, root = report
     md = (root / "benchmark.md").read_text()
