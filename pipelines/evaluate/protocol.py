@@ -374,11 +374,11 @@ def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], Memor
     contexts: list[AnswerContext] = []
     memory: list[tuple[str, int, int]] = []
     for episode in tqdm(episodes, desc=f"benchmark {label}", unit="episode", disable=not config.show_progress):
-        strategy = build()
-        s, e = evaluate_episode(episode, strategy, config, name=label, contexts=contexts)
+        memory_of_episode = build()
+        s, e = evaluate_episode(episode, memory_of_episode, config, name=label, contexts=contexts)
         scores.extend(s)
         excluded.extend(e)
-        memory.append((episode.id, len(episode.sessions), len(strategy)))
+        memory.append((episode.id, len(episode.sessions), len(memory_of_episode)))
     return ProtocolResult(label, len(episodes), scores, excluded, contexts, memory)
 
 

@@ -24,7 +24,7 @@ HEADLINE = "reports/headline"  # <suite>/<strategy>.json: the DVC metrics (repor
 QUERIES = "reports/queries.jsonl"
 PLOTS = "reports/plots"
 LLM_CACHE = ".cache/llm"  # the reader's and judge's response cache (and the converted local model), undeclared
-TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER,
+TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER, "emma_dialogue": EMMA_DIALOGUE,
            "glong_importance": GLONG_IMPORTANCE, "glong_extractor": GLONG_EXTRACTOR}
 
 
@@ -161,19 +161,32 @@ def _episodes(suite, data):
 
 
 def _model_sizes(ctx) -> dict[str, str]:
-    """Architecture and size of each trained model, read from its saved config.json."""
+    """Architecture and size of each trained model, read from its saved config.json; a LoRA adapter over a
+    pretrained base (the small profile's) from the base's config.json, which adapter_config.json names."""
     import json
+    from pathlib import Path
+
+    def size(config: Path) -> str:
+        c = json.loads(config.read_text())
+        layers = c.get("n_layer") or c.get("num_layers") or c.get("num_hidden_layers")
+        width = c.get("n_embd") or c.get("d_model") or c.get("hidden_size")
+        return f"{c.get('model_type', '?')} {layers}x{width}"
 
     out = {}
     for stage_name, rel in TRAINED.items():
-        configs = sorted(ctx.path(rel).rglob("config.json")) if ctx.path(rel).is_dir() else []
-        if not configs:
+        folder = ctx.path(rel)
+        configs = sorted(folder.rglob("config.json")) if folder.is_dir() else []
+        adapters = sorted(folder.rglob("adapter_config.json")) if folder.is_dir() else []
+        if configs:
+            out[stage_name] = size(configs[0])
+        elif adapters:
+            lora = json.loads(adapters[0].read_text())
+            base = Path(lora.get("base_model_name_or_path") or "") / "config.json"
+            name = Path(lora.get("base_model_name_or_path") or "?").name
+            out[stage_name] = (f"{name} ({size(base)}) + LoRA r{lora.get('r')}" if base.is_file()
+                               else f"{name} + LoRA r{lora.get('r')}")
+        else:
             out[stage_name] = "not trained"
-            continue
-        c = json.loads(configs[0].read_text())
-        layers = c.get("n_layer") or c.get("num_layers") or c.get("num_hidden_layers")
-        width = c.get("n_embd") or c.get("d_model") or c.get("hidden_size")
-        out[stage_name] = f"{c.get('model_type', '?')} {layers}x{width}"
     return out
 
 
@@ -308,7 +321,7 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
     examples_file = ctx.path(f"{EMMA_EXAMPLES}/{split}.jsonl")
     examples = ([e for e in iter_examples(examples_file) if e.task == "generation"][:limit]
                 if examples_file.is_file() else [])
-    lines += ["### Dialogue module (QLoRA T5, generation task)", ""]
+    lines += [f"### Dialogue module ({_model_sizes(ctx).get('emma_dialogue', '?')}): generation", ""]
     absent = missing_models("egocentric", settings)
     if not examples or absent:
         why = "; ".join(str(e) for e in absent) or f"no generation example in {EMMA_EXAMPLES}/{split}.jsonl"
@@ -375,4 +388,65 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
         for num, m in per_m.items():
             emma.update({f"{prefix}/session_{num}/{k}": float(m[k]) for k in ("responses", *EMMA_SESSION_COLUMNS)})
     emma.update({f"generation/memory/{k}": float(v) for k, v in stats.items()})
-    return "\n".join(lines), emma
+    writing, writing_metrics = _emma_memory_writing(ctx, split, dialogue, strategy.config)
+    emma.update(writing_metrics)
+    return "\n".join(lines + writing), emma
+
+
+EMMA_WRITING_EXAMPLES = 24   # summarise inputs per dataset, and link inputs, scored in the EMMA section
+
+
+def _emma_memory_writing(ctx, split: str, dialogue, config) -> tuple[list[str], dict[str, float]]:
+    """The dialogue module's memory writing on the split's summarise and link examples (emma_examples), as the
+    egocentric strategy asks it (its ``max_new_tokens`` / ``link_max_new_tokens``): ROUGE-L of each summary
+    against its target (the dataset's memories; LoCoMo's per-session observations when LoCoMo is one of
+    emma.sources), per dataset, and the linker's accuracy and positive recall. At most
+    :data:`EMMA_WRITING_EXAMPLES` of each, evenly spaced."""
+    from pipelines.data.stage import training_split
+    from pipelines.emma.formats import iter_examples, parse_link
+    from pipelines.evaluate.generation import rouge_l
+    from pipelines.glong.extractor import evenly_spaced
+
+    examples_file = ctx.path(f"{EMMA_EXAMPLES}/{split}.jsonl")
+    examples = list(iter_examples(examples_file)) if examples_file.is_file() else []
+    dataset = {e.id: path.parent.name for path, eps in training_split(ctx, "emma", split) for e in eps}
+    rows: dict[str, dict[str, float]] = {}
+    metrics: dict[str, float] = {}
+    samples: list[str] = []
+    by_dataset: dict[str, list] = {}
+    for ex in examples:
+        if ex.task == "summarize":
+            by_dataset.setdefault(dataset.get(ex.episode_id, "?"), []).append(ex)
+    for name, items in sorted(by_dataset.items()):
+        items = evenly_spaced(items, EMMA_WRITING_EXAMPLES)
+        written = dialogue([ex.source for ex in items], config.max_new_tokens)
+        what = "observations" if name == "locomo" else "memories"
+        score = rouge_l(written, [ex.target for ex in items])
+        rows[f"summarise: {name} ({what})"] = {"examples": float(len(items)), "rouge-l": score}
+        metrics.update({f"writing/summarize/{name}/rouge-l": score, f"writing/summarize/{name}/examples": len(items)})
+        samples.append(f"| {name} | {items[0].target} | {written[0]} |".replace("\n", " "))
+    links = evenly_spaced([ex for ex in examples if ex.task == "link"], EMMA_WRITING_EXAMPLES)
+    if links:
+        said = [parse_link(out) for out in dialogue([ex.source for ex in links], config.link_max_new_tokens)]
+        gold = [parse_link(ex.target) for ex in links]
+        accuracy = sum(s == g for s, g in zip(said, gold)) / len(links)
+        recall = sum(s and g for s, g in zip(said, gold)) / sum(gold) if any(gold) else 0.0
+        rows["link"] = {"examples": float(len(links)), "accuracy": accuracy, "positive recall": recall,
+                        "positive share (gold)": sum(gold) / len(links)}
+        metrics.update({"writing/link/accuracy": accuracy, "writing/link/positive_recall": recall,
+                        "writing/link/examples": float(len(links))})
+    if not rows:
+        return [], {}
+    from pipelines.evaluate.report import markdown_table
+
+    columns = ["examples", "rouge-l", "accuracy", "positive recall", "positive share (gold)"]
+    lines = ["### Memory writing (summarise and link)", "",
+             f"The dialogue module's summaries of the {split} split's sessions against their targets (the dataset's "
+             "memories of the speaker; LoCoMo's observations of the session) and its link answers against the gold "
+             f"links, asked as the egocentric strategy asks them (at most {config.max_new_tokens} and "
+             f"{config.link_max_new_tokens} new tokens, greedy); at most {EMMA_WRITING_EXAMPLES} examples of each, "
+             "evenly spaced. ROUGE-L on 0-100 (rouge-score, stemmed).", "",
+             markdown_table(rows, columns, ranked=(), row_label="task",
+                            decimals={"examples": 0, "rouge-l": 2}), "",
+             "| dataset | target | summary written |", "| --- | --- | --- |", *samples, ""]
+    return lines, metrics

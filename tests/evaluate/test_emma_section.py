@@ -173,3 +173,24 @@ def test_a_folder_without_a_saved_dialogue_module_is_listed_as_missing(emma_ctx)
     md, metrics = S._emma_section(ctx, "test")
     assert "Not scored: strategy 'egocentric': dialogue" in md and "is not a trained EMMA dialogue module" in md
     assert not any(k.startswith("generation") for k in metrics)
+
+
+def test_the_memory_writing_is_scored_against_the_examples_targets(emma_ctx):
+    from rouge_score import rouge_scorer
+
+    from pipelines.emma.formats import iter_examples, parse_link
+
+    ctx, _ = emma_ctx
+    md, metrics = S._emma_section(ctx, "test")
+    examples = list(iter_examples(ctx.root / S.EMMA_EXAMPLES / "test.jsonl"))
+    summaries = [e for e in examples if e.task == "summarize"]
+    links = [e for e in examples if e.task == "link"]
+    written = fake_dialogue([])([e.source for e in summaries], 64)
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    expected = 100 * sum(scorer.score(e.target, w)["rougeL"].fmeasure for e, w in zip(summaries, written)) / len(written)
+    assert metrics["writing/summarize/synthetic/rouge-l"] == pytest.approx(expected)
+    assert metrics["writing/summarize/synthetic/examples"] == len(summaries) > 0
+    said = [parse_link(a) for a in fake_dialogue([])([e.source for e in links], 8)]
+    gold = [parse_link(e.target) for e in links]
+    assert metrics["writing/link/accuracy"] == pytest.approx(sum(s == g for s, g in zip(said, gold)) / len(links))
+    assert "### Memory writing (summarise and link)" in md and "| summarise: synthetic (memories) |" in md

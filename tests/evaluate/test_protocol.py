@@ -115,6 +115,14 @@ def test_run_protocol_builds_a_fresh_strategy_per_episode(episode):
     assert result.episodes == 2 and len({s.episode_id for s in result.scores}) == 2
 
 
+def test_a_named_strategy_runs_over_several_episodes_and_counts_what_it_wrote(episode):
+    other = episode.model_copy(update={"id": "p2"})
+    result = run_protocol([episode, other], "bm25", CONFIG)
+    turns = sum(len(s.turns) for s in episode.sessions)
+    assert result.memory == [("p1", 4, turns), ("p2", 4, turns)]   # every turn of its 4 sessions, per episode
+    assert result.memory_written() == {"items": 2.0 * turns, "sessions": 8.0, "items_per_session": turns / 4}
+
+
 class Cheat(Spy):
     """Returns an item from a session it has not observed."""
 
