@@ -28,6 +28,16 @@ def test_profile_switch_by_override_and_env(tmp_path, monkeypatch):
     assert cfg.resolve(params_file=p)["profile"] == "paper"
 
 
+def test_small_profile_is_tiny_with_smollm2_where_a_paper_starts_from_a_pretrained_model(monkeypatch):
+    monkeypatch.setenv("MNEMOS_PROFILE", "small")
+    out = cfg.resolve()
+    assert out["profile"] == "small"
+    assert out["glong"]["extractor"]["model"] == out["glong"]["summariser"]["model"] == cfg.SMALL_BASE
+    assert out["emma"]["dialogue"]["model"] == cfg.SMALL_BASE and out["glong"]["summariser"]["arch"] == "causal"
+    tiny = cfg.resolve({"profile": "tiny"})
+    assert out["mdr"] == tiny["mdr"] and out["emma"]["retriever"] == tiny["emma"]["retriever"]   # MDR stays tiny
+
+
 def test_unknown_profile_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("MNEMOS_PROFILE", raising=False)
     p = write(tmp_path, "profile: huge\n")

@@ -107,13 +107,19 @@ class MemoSeq2Seq:
         return out
 
     def __call__(self, sources: Sequence[str], max_new_tokens: int) -> list[str]:
+        from tqdm.auto import tqdm
+
         todo = list(dict.fromkeys(s for s in sources if (s, max_new_tokens) not in self.memo))
-        for chunk in self.batches(todo):
-            outputs = self.fn(chunk, max_new_tokens)
-            if len(outputs) != len(chunk):
-                raise RuntimeError(f"the dialogue module returned {len(outputs)} outputs for {len(chunk)} inputs")
-            self.memo.update(((s, max_new_tokens), o) for s, o in zip(chunk, outputs))
-            self.decoded += len(chunk)
+        batches = self.batches(todo)
+        with tqdm(total=len(todo), desc="egocentric: dialogue module", unit="input",
+                  disable=len(batches) < 2) as bar:      # long work shows progress (a pretrained module on a CPU)
+            for chunk in batches:
+                outputs = self.fn(chunk, max_new_tokens)
+                if len(outputs) != len(chunk):
+                    raise RuntimeError(f"the dialogue module returned {len(outputs)} outputs for {len(chunk)} inputs")
+                self.memo.update(((s, max_new_tokens), o) for s, o in zip(chunk, outputs))
+                self.decoded += len(chunk)
+                bar.update(len(chunk))
         return [self.memo[(s, max_new_tokens)] for s in sources]
 
 
