@@ -56,16 +56,13 @@ class SessionSummaryConfig(StrategyConfig):
                               f"got k1={self.k1}, b={self.b}, epsilon={self.epsilon}.")
         if self.summaries not in ("dataset", "llm"):
             raise ConfigError(f"session_summary.summaries must be 'dataset' or 'llm', got {self.summaries!r}.")
-        if self.summaries == "llm":
-            if self.summary_llm is None:
-                raise ConfigError("session_summary.summaries is 'llm' but session_summary.summary_llm is not set: give "
-                                  "the language model's settings, e.g. {backend: local, model: smollm2-135m-instruct}.")
-            from pipelines.memory.writers import writer_config
+        from pipelines.memory.writers import check_writer_llm
 
-            writer_config("summariser", self.summary_llm, "session_summary.summary_llm")   # its own checks, named
-        elif self.summary_llm is not None:
-            raise ConfigError("session_summary.summary_llm is set but session_summary.summaries is 'dataset': the "
-                              "language model writes the summaries only with summaries: llm.")
+        check_writer_llm("summariser", self.summary_llm, "session_summary.summary_llm", self.summaries == "llm",
+                         why_wanted="session_summary.summaries is 'llm'",
+                         why_unused="session_summary.summaries is 'dataset': the language model writes the summaries "
+                                    "only with summaries: llm",
+                         example="{backend: local, model: smollm2-135m-instruct}")
         if not isinstance(self.summary_llm_instructed, bool):
             raise ConfigError(f"session_summary.summary_llm_instructed must be true or false, got "
                               f"{self.summary_llm_instructed!r}.")

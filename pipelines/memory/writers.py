@@ -101,6 +101,20 @@ def writer_config(kind: str, llm: Mapping[str, Any] | LLMConfig, where: str) -> 
     return LLMConfig.from_dict({**WRITER_DEFAULTS.get(kind, {}), **llm}, where)
 
 
+def check_writer_llm(kind: str, llm: Any, where: str, wanted: bool, why_wanted: str, why_unused: str,
+                     example: str) -> None:
+    """A strategy's writer setting (``where``, e.g. ``graph.extractor_llm``) checked as its config reads it: required
+    when the strategy writes with a language model (``wanted``, because ``why_wanted``), then checked by
+    :func:`writer_config`; refused when set but unused (``why_unused``), so that no setting is silently ignored."""
+    if wanted:
+        if llm is None:
+            raise ConfigError(f"{why_wanted} but {where} is not set: give the language model's settings, e.g. "
+                              f"{example}.")
+        writer_config(kind, llm, where)   # its own checks, named
+    elif llm is not None:
+        raise ConfigError(f"{where} is set but {why_unused}.")
+
+
 class Writer:
     """A memory writer calling one LLM: batched, memoised calls through the response cache, and their tally."""
 

@@ -67,18 +67,14 @@ class EgocentricConfig(StrategyConfig):
         if {self.memory_source, self.link_source} >= {"model", "llm"}:
             raise ConfigError("egocentric.memory_source and link_source mix 'model' and 'llm': one dialogue module "
                               "writes and links the memories; choose one of them for both.")
-        if self.needs_llm:
-            if self.dialogue_llm is None:
-                raise ConfigError("egocentric memory_source/link_source is 'llm' but egocentric.dialogue_llm is not "
-                                  "set: give the language model's settings, e.g. {backend: openai, base_url: "
-                                  "http://127.0.0.1:8000/v1, model: <served id>} or {backend: local, model: "
-                                  "smollm2-135m-instruct}.")
-            from pipelines.memory.writers import writer_config
+        from pipelines.memory.writers import check_writer_llm
 
-            writer_config("dialogue", self.dialogue_llm, "egocentric.dialogue_llm")   # its own checks, named
-        elif self.dialogue_llm is not None:
-            raise ConfigError("egocentric.dialogue_llm is set but neither memory_source nor link_source is 'llm': the "
-                              "language model writes memories only with memory_source: llm or link_source: llm.")
+        check_writer_llm("dialogue", self.dialogue_llm, "egocentric.dialogue_llm", self.needs_llm,
+                         why_wanted="egocentric memory_source/link_source is 'llm'",
+                         why_unused="neither memory_source nor link_source is 'llm': the language model writes "
+                                    "memories only with memory_source: llm or link_source: llm",
+                         example="{backend: openai, base_url: http://127.0.0.1:8000/v1, model: <served id>} or "
+                                 "{backend: local, model: smollm2-135m-instruct}")
         if not isinstance(self.dialogue_llm_instructed, bool):
             raise ConfigError(f"egocentric.dialogue_llm_instructed must be true or false, got "
                               f"{self.dialogue_llm_instructed!r}.")

@@ -54,17 +54,14 @@ class GraphConfig(StrategyConfig):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"graph.{name} must be one of {list(allowed)}, got "
                                   f"{getattr(self, name)!r}.")
-        if self.extraction == "llm":
-            if self.extractor_llm is None:
-                raise ConfigError("graph.extraction is 'llm' but graph.extractor_llm is not set: give the language "
-                                  "model's settings, e.g. {backend: openai, base_url: http://127.0.0.1:8000/v1, "
-                                  "model: Qwen/Qwen3-8B} or {backend: local, model: <base folder>, adapter: <folder>}.")
-            from pipelines.memory.writers import writer_config
+        from pipelines.memory.writers import check_writer_llm
 
-            writer_config("extractor", self.extractor_llm, "graph.extractor_llm")   # its own checks, named
-        elif self.extractor_llm is not None:
-            raise ConfigError(f"graph.extractor_llm is set but graph.extraction is {self.extraction!r}: the language "
-                              "model extracts only with extraction: llm.")
+        check_writer_llm("extractor", self.extractor_llm, "graph.extractor_llm", self.extraction == "llm",
+                         why_wanted="graph.extraction is 'llm'",
+                         why_unused=f"graph.extraction is {self.extraction!r}: the language model extracts only with "
+                                    "extraction: llm",
+                         example="{backend: openai, base_url: http://127.0.0.1:8000/v1, model: Qwen/Qwen3-8B} or "
+                                 "{backend: local, model: <base folder>, adapter: <folder>}")
         if not isinstance(self.exact_up_to, int) or isinstance(self.exact_up_to, bool) \
                 or self.exact_up_to < 2:
             raise ConfigError(f"graph.exact_up_to must be an integer >= 2, got {self.exact_up_to!r}.")
