@@ -248,7 +248,7 @@ def declared() -> Section:
     from pipelines.data.synthetic import SyntheticConfig
     from pipelines.emma.dialogue import EMMADialogueConfig
     from pipelines.emma.formats import FormatConfig
-    from pipelines.emma.retriever import RetrieverConfig
+    from pipelines.emma.retriever import RetrieverConfig, RetrieverFolds
     from pipelines.glong.config import ExtractorTrainConfig, SummariserTrainConfig
     from pipelines.llm.config import LLMConfig
     from pipelines.mdr.config import MDRConfig
@@ -275,7 +275,8 @@ def declared() -> Section:
         "emma": Section((EMMAStageSettings,), sections={
             "formats": Section((FormatConfig,)),
             "dialogue": Section((EMMADialogueConfig,)), "dialogue_train": train(_emma_train("dialogue")),
-            "retriever": Section((RetrieverConfig,)), "retriever_train": train(_emma_train("retriever"))}),
+            "retriever": Section((RetrieverConfig,)), "retriever_train": train(_emma_train("retriever")),
+            "retriever_folds": Section((RetrieverFolds,))}),
     })
 
 

@@ -38,6 +38,22 @@ split of 96 episodes, 145 tagged turns): untrained recall@1 0.117 / MRR 0.291; s
 hardest 0.103 / 0.298, its validation loss staying at the margin (0.20): the hardest negatives alone keep
 the triplets at d(a, p) = d(a, n), the collapse FaceNet describes.
 
+Question -> evidence pairs (``RetrieverConfig.pairs``, issue #18): besides MiSC's tagged turns
+("memory_tags", the paper's data), the retriever can learn from the questions the benchmarks ask
+("questions": LoCoMo's evidence turns, LongMemEval's has_answer turns, the synthetic queries' evidence):
+the context is the question, the positives are its evidence turns and the candidates every turn of the
+episode's earlier sessions (hard negatives from the same conversation), each turn rendered
+``"speaker: text"`` exactly as the ``dense`` and ``trained_dense`` strategies index it, so that the trained
+encoder is a turn retriever of the benchmark (pipelines.memory.trained_dense). Questions whose evidence is
+sessions only (RealMem) are a third, opt-in kind, "session_questions" (:func:`question_examples`).
+Turns are longer than MiSC's memory sentences (LoCoMo's: 20-60 tokens; LongMemEval's assistant turns:
+hundreds): ``memory_max_length`` (32, E.2's value for memory sentences) cuts them, so training on
+questions wants ``memory_max_length`` 64 to 128 (params.yaml ``emma.retriever.memory_max_length``).
+
+Folds (``RetrieverFolds``, params.yaml ``emma.retriever_folds``): a dataset published as one test split
+(LoCoMo's 10 conversations) is cut into k folds by episode, so that each of its conversations is scored by a
+model that never saw it (:func:`assign_folds`; the emma_retriever stage trains one model per fold).
+
 Pooling is a choice the paper leaves open: the authors' code takes the [CLS] vector ("cls", used with
 BERT-base: the paper profile's setting); all-MiniLM-L6-v2 was trained with mean pooling ("mean", the
 default and the tiny profile's). Long contexts
@@ -46,6 +62,7 @@ are cut from the left, keeping the latest turns (``context_truncation``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -64,6 +81,8 @@ from pipelines.models.minilm import minilm_path
 from pipelines.training.config import Tokens
 
 CONFIG_FILE = "retriever.json"
+TRAINED_ON = "trained_on.json"   # in every saved retriever's folder: the episodes that shaped its weights
+PAIRS = ("memory_tags", "questions", "session_questions")  # the kinds of training examples (RetrieverConfig.pairs)
 
 
 @dataclass(frozen=True)
@@ -87,8 +106,18 @@ class RetrieverConfig:
     negative_mining: Literal["semi-hard", "hardest", "random"] = "semi-hard"  # which negative of an example is used
     max_negatives: int = 32            # negatives scored per example when mining (seeded subset)
     seed: int = 2024                   # example order, negative subsets
+    pairs: tuple[str, ...] = ("memory_tags",)  # which examples train (and validate) it: "memory_tags" (MiSC's tagged
+                                       # turns, the paper's data), "questions" (question -> its evidence turns,
+                                       # candidates = the episode's earlier turns; set memory_max_length 64-128 for
+                                       # turns), "session_questions" (question -> the main speaker's turns of its
+                                       # evidence sessions: RealMem; see question_examples)
 
     def __post_init__(self) -> None:
+        pairs = (self.pairs,) if isinstance(self.pairs, str) else tuple(self.pairs)   # YAML and JSON give lists
+        object.__setattr__(self, "pairs", pairs)
+        unknown = [p for p in pairs if p not in PAIRS]
+        if not pairs or unknown or len(set(pairs)) != len(pairs):
+            raise ConfigError(f"emma.retriever.pairs must list some of {list(PAIRS)}, each once, got {list(pairs)!r}.")
         for name in ("context_max_length", "memory_max_length", "batch_size", "max_epochs", "max_negatives"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -302,13 +331,13 @@ class DualEncoder(nn.Module):
 
 @dataclass(frozen=True)
 class RetrievalExample:
-    """One tagged turn's retrieval problem."""
+    """One retrieval problem: a tagged turn's (memory_tags) or a question's (questions, session_questions)."""
 
-    context: str                    # E_c's input: the dialogue so far (formats.GenerationInput.context)
-    positives: tuple[str, ...]      # the memory sentences the turn is tagged with
-    candidates: tuple[str, ...]     # memory sentences a retriever chooses from (positives included)
+    context: str                    # E_c's input: the dialogue so far (formats.GenerationInput.context) or a question
+    positives: tuple[str, ...]      # the memory sentences the turn is tagged with, or the question's evidence turns
+    candidates: tuple[str, ...]     # memory sentences (or turns) a retriever chooses from (positives included)
     episode_id: str
-    turn_id: str
+    turn_id: str                    # the tagged turn's id, or the question's id
 
     @property
     def negatives(self) -> tuple[str, ...]:
@@ -341,6 +370,133 @@ def retrieval_examples(episodes: Iterable[Episode], fmt: FormatConfig | None = N
                 out.append(RetrievalExample(context, tuple(view.rendered(m) for m in tags),
                                             tuple(view.rendered(m) for m in candidates), episode.id, turn.id))
     return out
+
+
+def turn_text(speaker: str, text: str) -> str:
+    """A turn as the turn retrievers index it: ``"Wren: I collect old maps."`` (the memory tower's input for
+    question examples; pipelines.memory.turn_store.TurnItem.indexed_text with ``include_speaker``)."""
+    return f"{speaker}: {text}"
+
+
+def question_examples(episodes: Iterable[Episode], sessions: bool = False) -> list[RetrievalExample]:
+    """One example per answerable question with evidence: context = the question, candidates = every turn of
+    the episode's sessions before the question's session (all sessions when ``session_id`` is None), rendered
+    by :func:`turn_text`, so that a trained model's negatives are the same conversation's other turns.
+
+    ``sessions`` False ("questions"): the queries with turn evidence (LoCoMo, LongMemEval's has_answer turns,
+    the synthetic data); the positives are those evidence turns that lie among the candidates.
+
+    ``sessions`` True ("session_questions"): the queries with session evidence only (RealMem); the positives
+    are the main speaker's turns of the evidence sessions, the partner's turns of those sessions are left out of
+    the candidates (neither evidence nor counter-evidence). This is session-level supervision read as turns:
+    it teaches "this session holds the answer", which is what RealMem scores, but a session's small talk
+    ("hi, how are you?") becomes a positive too, so it is a separate kind, off by default.
+
+    Abstention questions, questions whose session is not in the episode, and questions none of whose evidence
+    was said before them (RealMem's ``evidence_not_earlier``) give no example.
+    """
+    out = []
+    for episode in episodes:
+        order = sorted(episode.sessions, key=lambda s: s.index)
+        position = {s.id: i for i, s in enumerate(order)}
+        for query in episode.queries:
+            if query.abstention or (query.session_id is not None and query.session_id not in position):
+                continue
+            if sessions == bool(query.evidence_turns) or (sessions and not query.evidence_sessions):
+                continue
+            earlier = order if query.session_id is None else order[:position[query.session_id]]
+            if sessions:
+                evidence = set(query.evidence_sessions)
+                turns = [(s, t) for s in earlier for t in s.turns
+                         if s.id not in evidence or t.speaker == episode.main_speaker]
+                wanted = {t.id for s, t in turns if s.id in evidence}
+            else:
+                turns = [(s, t) for s in earlier for t in s.turns]
+                wanted = set(query.evidence_turns)
+            positives = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for _, t in turns if t.id in wanted))
+            if not positives:
+                continue
+            candidates = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for _, t in turns))
+            out.append(RetrievalExample(query.question, positives, candidates, episode.id, query.id))
+    return out
+
+
+def examples_of(kind: str, episodes: Sequence[Episode], fmt: FormatConfig | None = None,
+                training: bool = False) -> list[RetrievalExample]:
+    """The examples of one ``RetrieverConfig.pairs`` kind; ``training`` lets a tagged turn without earlier
+    memories take the episode's other memories as negatives (:func:`retrieval_examples`)."""
+    if kind == "memory_tags":
+        return retrieval_examples(episodes, fmt, fallback_to_episode=training)
+    if kind in ("questions", "session_questions"):
+        return question_examples(episodes, sessions=kind == "session_questions")
+    raise ConfigError(f"unknown retriever example kind {kind!r}; known: {list(PAIRS)}.")
+
+
+# --- folds: every conversation of a one-split dataset scored by a model that never saw it -----------------------
+
+@dataclass(frozen=True)
+class RetrieverFolds:
+    """params.yaml ``emma.retriever_folds`` (absent: no folds): k-fold training over some datasets' episodes."""
+
+    k: int = 5                          # folds; each of them is held out by one model trained on the others
+    sources: tuple[str, ...] = ("locomo",)  # datasets of emma.sources cut into folds, whatever their published split
+    valid_share: float = 0.1            # share of a model's fold episodes kept for validation (early stopping);
+                                        # at least one episode when there are two or more
+
+    def __post_init__(self) -> None:
+        sources = (self.sources,) if isinstance(self.sources, str) else tuple(self.sources)
+        object.__setattr__(self, "sources", sources)
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 2:
+            raise ConfigError(f"emma.retriever_folds.k must be an integer >= 2 (one fold held out, the others "
+                              f"trained on), got {self.k!r}.")
+        if not sources or not all(isinstance(s, str) and s for s in sources):
+            raise ConfigError(f"emma.retriever_folds.sources must list datasets of emma.sources, got {self.sources!r}.")
+        if not 0.0 <= self.valid_share < 1.0:
+            raise ConfigError(f"emma.retriever_folds.valid_share must lie in [0, 1), got {self.valid_share!r}.")
+
+
+def _rank(ids: Iterable[str], salt: str) -> list[str]:
+    """``ids`` in a stable pseudo-random order: by sha256 of salt + id (the same on every machine and run)."""
+    return sorted(dict.fromkeys(ids), key=lambda i: hashlib.sha256(f"{salt}:{i}".encode()).hexdigest())
+
+
+def assign_folds(ids: Iterable[str], k: int) -> dict[str, int]:
+    """Episode id -> fold in [0, k): ids ranked by sha256, dealt round-robin, so folds differ in size by at most
+    one (LoCoMo's 10 conversations, k = 5: two each) and a fold depends on the ids only, not on file order."""
+    ranked = _rank(ids, "emma-retriever-fold")
+    if len(ranked) < k:
+        raise ConfigError(f"emma.retriever_folds.k = {k} but the fold datasets hold {len(ranked)} episodes: "
+                          f"every fold needs one.")
+    return {eid: n % k for n, eid in enumerate(ranked)}
+
+
+def validation_ids(ids: Iterable[str], share: float) -> set[str]:
+    """The ``share`` of ``ids`` (rounded; at least one of two or more when share > 0, never all) a model
+    validates on instead of training on, chosen by sha256 rank."""
+    ranked = _rank(ids, "emma-retriever-valid")
+    n = min(max(round(share * len(ranked)), 1 if share > 0 else 0), max(len(ranked) - 1, 0))
+    return set(ranked[:n])
+
+
+def write_trained_on(directory: str | os.PathLike, train: Iterable[Episode], valid: Iterable[Episode],
+                     **extra) -> Path:
+    """``trained_on.json`` in a saved retriever's folder: ``episodes`` = every episode that shaped the weights
+    (trained on, or chose the early-stopping step), also split into ``train`` and ``valid``; a strategy using the
+    model refuses to score them (pipelines.memory.trained_dense)."""
+    train_ids, valid_ids = sorted({e.id for e in train}), sorted({e.id for e in valid})
+    path = Path(directory) / TRAINED_ON
+    body = {"episodes": sorted({*train_ids, *valid_ids}), "train": train_ids, "valid": valid_ids, **extra}
+    path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def read_trained_on(directory: str | os.PathLike) -> set[str]:
+    """The episode ids a saved retriever trained on (``trained_on.json``); ConfigError when it has none."""
+    path = Path(directory) / TRAINED_ON
+    if not path.exists():
+        raise ConfigError(f"{directory} has no {TRAINED_ON}: it cannot tell which episodes it trained on, so no "
+                          f"episode can be scored with it honestly; train it again with the emma_retriever stage.")
+    return set(json.loads(path.read_text(encoding="utf-8"))["episodes"])
 
 
 @torch.no_grad()
@@ -415,9 +571,13 @@ class RetrieverTask:
         from pipelines.models.tokenizers import load_tokenizer
 
         self.config, self.fmt = config, fmt or FormatConfig()
-        self.train_examples = retrieval_examples(train_episodes, self.fmt, fallback_to_episode=True)
-        self.valid_examples = retrieval_examples(valid_episodes, self.fmt, fallback_to_episode=True)
-        self.valid_queries = retrieval_examples(valid_episodes, self.fmt, fallback_to_episode=False)
+        # the examples of every kind in config.pairs, in that order (pipelines.training shuffles them)
+        train = {kind: examples_of(kind, train_episodes, self.fmt, training=True) for kind in config.pairs}
+        self.counts = {kind: len(examples) for kind, examples in train.items()}   # training examples per kind
+        self.train_examples = [ex for examples in train.values() for ex in examples]
+        self.valid_examples = [ex for kind in config.pairs
+                               for ex in examples_of(kind, valid_episodes, self.fmt, training=True)]
+        self.valid_queries = {kind: examples_of(kind, valid_episodes, self.fmt) for kind in config.pairs}
         self.tokenizer = load_tokenizer(config.resolved_model())
         self._rng = random.Random(f"emma-retriever-random-negative:{config.seed}")
 
@@ -458,9 +618,14 @@ class RetrieverTask:
         return loss, batch["context_mask"].sum()  # a 0-d tensor: no host sync
 
     def evaluate(self, model: DualEncoder) -> dict[str, float]:
-        """Recall@1 and MRR on the validation episodes (candidates = memories of earlier sessions); a report,
-        not the early-stopping criterion (the engine stops on the validation triplet loss)."""
-        return evaluate_retriever(model, self.valid_queries)
+        """Recall@1 and MRR on the validation episodes (candidates = memories, or turns, of earlier sessions); a
+        report, not the early-stopping criterion (the engine stops on the validation triplet loss). Keys:
+        ``recall@1``, ``mrr``, ``queries`` for memory_tags, prefixed ``<kind>/`` for the other kinds."""
+        out = {}
+        for kind, examples in self.valid_queries.items():
+            prefix = "" if kind == "memory_tags" else f"{kind}/"
+            out.update({f"{prefix}{k}": v for k, v in evaluate_retriever(model, examples).items()})
+        return out
 
     def save_final(self, model: DualEncoder, out_dir: str | os.PathLike) -> Path:
         return model.save(out_dir)

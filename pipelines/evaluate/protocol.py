@@ -23,7 +23,13 @@ Rules:
   in rank order (a session ranks at the position of its best item).
 - Every query gets one ranking of depth ``depth`` (default: every item the memory holds), from
   which recall/NDCG at each k and MRR are taken, and one ``context(query, budget_tokens)`` whose
-  tokens are counted with the strategy's token counter.
+  tokens are counted with the strategy's token counter. Its wall time (``latency_ms``: the retrieval
+  at full depth, a session ranking included; not the context) is recorded per query.
+- A strategy that scores sessions itself (:meth:`~pipelines.memory.base.MemoryStrategy.session_ranking`
+  returns a ranking: e.g. a session's top turns combined, a session-level key) is scored at session
+  granularity on that ranking, as LongMemEval's official code scores a session-key retriever
+  (``evaluate_retrieval`` over session documents) — also under ``session_scoring: longmemeval``, whose
+  turn2session rule is for rankings of turns.
 - Before the loop, one strategy instance gets ``prepare(episodes)`` so that pure, text-only work
   (embedding every turn) is batched; it adds nothing to memory, so it cannot leak.
 
@@ -41,9 +47,10 @@ each response of a dialogue). The retrieval scores and exclusions do not change.
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from statistics import fmean
+from statistics import fmean, median
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tqdm.auto import tqdm
@@ -131,6 +138,8 @@ class QueryScore:
     n_evidence: int              # |R| at this granularity
     retrieved: int               # items retrieve(query, depth) returned (0: the memory had nothing to give)
     metrics: dict[str, float] = field(default_factory=dict)  # "recall@5", "ndcg_any@10", "mrr", ...
+    # wall time of retrieve(query, depth) and the session ranking, ms: a measurement, not a figure (not compared)
+    latency_ms: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,7 @@ class ProtocolResult:
     # per episode: (episode id, sessions observed, items the memory held after its last session): what a
     # strategy wrote (a graph's triplets, EMMA's memories, a store's turns)
     memory: list[tuple[str, int, int]] = field(default_factory=list)
+    index_bytes: list[int] = field(default_factory=list)  # per episode whose strategy measures it: its index's bytes
     _aggregate: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def exclusion_counts(self) -> dict[str, int]:
@@ -312,7 +322,15 @@ def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: Protoco
             skip("abstention" if query.abstention else "no_evidence")
             return record(query) if wanted else None
         depth = config.depth or max(len(strategy), max(config.ks))
+        start = time.perf_counter()
         items = retrieve(query, depth)
+        sessions_ranked = strategy.session_ranking(query)
+        latency_ms = (time.perf_counter() - start) * 1000.0
+        if sessions_ranked is not None:
+            leaked = sorted(set(sessions_ranked) - observed)
+            if leaked:
+                raise RuntimeError(f"strategy {name!r} ranked session(s) {leaked} for query {query.id} of episode "
+                                   f"{episode.id}, which it has not observed: a temporal leak.")
         text = strategy.context(query, config.budget_tokens)
         tokens = strategy.counter.count(text)
         scored = False
@@ -320,12 +338,15 @@ def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: Protoco
             relevant = evidence.get(granularity)
             if not relevant:
                 continue
-            metrics = retrieval_metrics(ranking(items, granularity), relevant, config.ks)
+            if granularity == "session" and sessions_ranked is not None:
+                metrics = retrieval_metrics(sessions_ranked, relevant, config.ks)
+            else:
+                metrics = retrieval_metrics(ranking(items, granularity), relevant, config.ks)
             if (granularity == "session" and config.session_scoring == "longmemeval" and evidence["turn"]
-                    and "turn" in strategy.granularities):
+                    and "turn" in strategy.granularities and sessions_ranked is None):
                 metrics = {**metrics, **_turn2session(items, evidence["turn"], config.ks, turn_session)}
             scores.append(QueryScore(name, episode.id, query.id, granularity, query.category or "uncategorised",
-                                     session_index, tokens, len(relevant), len(items), metrics))
+                                     session_index, tokens, len(relevant), len(items), metrics, latency_ms))
             scored = True
         if not scored:
             skip("no_scored_granularity")
@@ -373,20 +394,27 @@ def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], Memor
     excluded: list[Exclusion] = []
     contexts: list[AnswerContext] = []
     memory: list[tuple[str, int, int]] = []
+    index_bytes: list[int] = []
     for episode in tqdm(episodes, desc=f"benchmark {label}", unit="episode", disable=not config.show_progress):
         memory_of_episode = build()
         s, e = evaluate_episode(episode, memory_of_episode, config, name=label, contexts=contexts)
         scores.extend(s)
         excluded.extend(e)
         memory.append((episode.id, len(episode.sessions), len(memory_of_episode)))
-    return ProtocolResult(label, len(episodes), scores, excluded, contexts, memory)
+        size = memory_of_episode.index_bytes()
+        if size is not None:
+            index_bytes.append(size)
+    return ProtocolResult(label, len(episodes), scores, excluded, contexts, memory, index_bytes)
 
 
 def _group(scores: Sequence[QueryScore]) -> dict[str, Any]:
-    """{"queries": n, "context_tokens": mean, <granularity>: {"queries": n, <metric>: mean}}."""
+    """{"queries": n, "context_tokens": mean, "latency_ms_p50": median, <granularity>: {"queries": n,
+    <metric>: mean}}."""
     tokens = {(s.episode_id, s.query_id): s.context_tokens for s in scores}  # one value per query
+    latency = {(s.episode_id, s.query_id): s.latency_ms for s in scores}
     out: dict[str, Any] = {"queries": len(tokens),
-                           "context_tokens": fmean(tokens.values()) if tokens else 0.0}
+                           "context_tokens": fmean(tokens.values()) if tokens else 0.0,
+                           "latency_ms_p50": median(latency.values()) if latency else 0.0}
     by_gran: dict[str, list[QueryScore]] = defaultdict(list)
     for s in scores:
         by_gran[s.granularity].append(s)

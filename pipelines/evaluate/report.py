@@ -274,6 +274,20 @@ def _plot_recall_at_k(results: dict[str, ProtocolResult], ks: Sequence[int], pat
     _save(plt, fig, axes, path, note)
 
 
+def _plot_ablation(run: SuiteRun, path: Path, note: str = "") -> None:
+    """One panel per ablation metric: a bar per step that ran, in order, its value written above it."""
+    rows = [r for r in ablation_rows(run) if "missing" not in r]
+    metrics = run.suite.ablation["metrics"]
+    plt, fig, axes = _figure(len(metrics))
+    for ax, metric in zip(axes, metrics):
+        values = [r[metric] if r[metric] is not None else 0.0 for r in rows]
+        bars = ax.bar(range(len(rows)), values, color=[f"C{i % 10}" for i in range(len(rows))])
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+        ax.set_xticks(range(len(rows)), [r["strategy"] for r in rows], rotation=30, ha="right")
+        ax.set(title=f"{run.suite.name}: {metric}", ylim=(0, 1.05), ylabel=metric)
+    _save(plt, fig, axes, path, note)
+
+
 def _plot_by_session(results: dict[str, ProtocolResult], k: int, path: Path, title: str, note: str = "") -> None:
     """recall@k per :func:`session_groups` (a point per session, or per range of sessions at its middle)."""
     ranges = session_groups(results)
@@ -580,6 +594,68 @@ def _generation_markdown(run: SuiteRun, profile: str) -> list[str]:
     return lines
 
 
+def ingredient(name: str) -> str:
+    """What strategy ``name`` adds, for the ablation table: its class's ``ingredient``, else its docstring's first
+    line."""
+    from pipelines.memory import STRATEGIES
+
+    cls = STRATEGIES.get(name)
+    if cls is None:
+        return ""
+    return cls.ingredient or next(iter((cls.__doc__ or "").strip().splitlines()), "")
+
+
+def ablation_rows(run: SuiteRun) -> list[dict[str, Any]]:
+    """One row per step of the suite's ablation: the strategy, what it adds, each metric and its gain over the
+    previous step that ran, the median latency of a query's retrieval (ms) and the mean index size per episode
+    (MB; None where the strategy does not measure it); a step that did not run has ``missing``."""
+    spec = run.suite.ablation
+    rows, previous = [], None
+    for name in spec.get("steps", ()):
+        row: dict[str, Any] = {"strategy": name, "adds": ingredient(name)}
+        if name not in run.results:
+            rows.append({**row, "missing": run.missing.get(name, "not run")})
+            continue
+        result = run.results[name]
+        flat = flat_metrics(result.aggregate()["overall"])
+        for metric in spec["metrics"]:
+            value = flat.get(metric)
+            row[metric] = value
+            row[f"gain {metric}"] = (value - previous[metric] if previous is not None and value is not None
+                                     and previous.get(metric) is not None else None)
+        row["latency_ms_p50"] = flat.get("latency_ms_p50")
+        row["index_mb"] = (sum(result.index_bytes) / len(result.index_bytes) / 1e6) if result.index_bytes else None
+        rows.append(row)
+        previous = flat
+    return rows
+
+
+def ablation_markdown(run: SuiteRun) -> list[str]:
+    """The "Ablation" part of a suite's section (nothing when the suite names none)."""
+    rows = ablation_rows(run)
+    if not rows:
+        return []
+    metrics = run.suite.ablation["metrics"]
+    head = ["step", "strategy", "adds", *metrics, "latency p50 (ms)", "index / episode (MB)"]
+    lines = ["### Ablation", "",
+             "Each step adds one ingredient to the step above it; in brackets, the gain over that step. Cost: the "
+             "median wall time of one query's full ranking (query embeddings cached, as in every run), and the mean "
+             "index size of an episode's memory.", "",
+             "| " + " | ".join(head) + " |", "| " + " | ".join(["---:", "---", "---"] + ["---:"] * (len(head) - 3)) + " |"]
+    for step, row in enumerate(rows, start=1):
+        if "missing" in row:
+            lines.append(f"| {step} | {row['strategy']} | {row['adds']} | missing: {row['missing']} |"
+                         + " |" * (len(head) - 4))
+            continue
+        cells = []
+        for metric in metrics:
+            value, gain = row[metric], row[f"gain {metric}"]
+            cells.append(_fmt(value) + (f" ({gain:+.4f})" if gain is not None else ""))
+        lines.append(f"| {step} | {row['strategy']} | {row['adds']} | " + " | ".join(cells)
+                     + f" | {_fmt(row['latency_ms_p50'], 2)} | {_fmt(row['index_mb'], 3)} |")
+    return lines + [""]
+
+
 def _suite_markdown(run: SuiteRun, profile: str = "tiny", answers: AnswerRun | None = None,
                     summary: Mapping[str, Any] | None = None) -> tuple[str, str]:
     """(the suite's section of benchmark.md, its granularity tables alone for Dagster metadata); with the
@@ -624,6 +700,10 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny", answers: AnswerRun | N
                   "turns of a store, memories written by EMMA's summariser, triplets written by G-Long's "
                   "extractor, summaries.", ""]
     lines += ["### Retrieval", "", main if main else "No strategy could run.", ""]
+    ablation = ablation_markdown(run)
+    if ablation:
+        lines += ablation
+        main += "\n\n" + "\n".join(ablation)  # the Dagster benchmark asset shows it too
     oracles = {name: oracle_reason(name) for name in suite.strategies if oracle_reason(name)}
     if oracles:
         lines += ["Oracle rows (labelled, never bold: they read what a real system has to produce): "
@@ -748,6 +828,10 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
                 plots.append(path)
         if not run.results:
             continue
+        if any("missing" not in row for row in ablation_rows(run)):
+            path = folder / "ablation.png"
+            _plot_ablation(run, path, plot_note(run))
+            plots.append(path)
         k = headline_k(run.suite.ks)
         paths = [folder / "recall_at_k.png", folder / "recall_by_session.png", folder / "tokens_vs_recall.png",
                  folder / "recall_at_k.csv"]

@@ -19,6 +19,7 @@ A suite file (``pipelines/evaluate/suites/<name>.yaml``, or any path) holds::
     session_scoring: dedup       # dedup, or longmemeval (official turn2session from the turn ranking)
     queries: source              # source (the data's own questions), or memory_tags (see below)
     reference: {...}             # published numbers printed beside ours (see below)
+    ablation: {}                 # {steps: [bm25, hybrid, fusion, ...], metrics: [turn/recall@10, ...]} (see below)
     generation: []               # response generation scored on the suite's own data: [mdr] or []
     max_generation_examples: 200 # (Q, R) rounds generated for, evenly spaced over the data (null: all)
 
@@ -30,6 +31,12 @@ and mdr_decoder (:func:`generation_defaults`); when one is missing the generatio
 missing. Each kept round costs 1 greedy and 5 sampled generations, slow on a CPU with the paper
 profile's GPT-2 124M: ``max_generation_examples`` (default 200) bounds the work. The synthetic
 suite keeps generation off: the benchmark stage already scores MDR's generation on that data.
+
+``ablation`` (absent or {}: no ablation table) names ``steps``, strategies of the suite in order, each adding one
+ingredient to the one before (its class's ``ingredient``), and the ``metrics`` the table shows (flat names,
+``<granularity>/<metric>@<k>``; default :data:`ABLATION_METRICS` where the suite scores them): the report prints
+each step's value and gain over the previous step, and its cost, the median latency of a query's retrieval and
+the index size per episode.
 
 ``reference`` holds ``{"source": citation, "comparable": bool, "note": str, "rows": {system:
 {metric: value}}}``: the report prints the rows beside our table, labelled comparable or not.
@@ -82,6 +89,7 @@ SPLITS = ("train", "valid", "test", "all")
 CORPORA = ("all", "main_speaker")
 SESSION_SCORING = ("dedup", "longmemeval")
 QUERY_SOURCES = ("source", "memory_tags")
+ABLATION_METRICS = ("turn/recall@10", "session/recall_all@5", "session/ndcg_any@10")
 GENERATORS = ("mdr",)  # response generators a suite can score (``generation``)
 ANSWER_TASKS = ("qa", "response")
 
@@ -169,6 +177,7 @@ class Suite:
     generation: tuple[str, ...] = ()
     max_generation_examples: int | None = 200
     answers: SuiteAnswers | None = None  # answer-level evaluation (None: the suite answers nothing)
+    ablation: dict[str, Any] = field(default_factory=dict)  # {steps: [strategy, ...], metrics: [...]} (see above)
     file: str = ""  # where the suite was read from (for error messages)
 
     def __post_init__(self) -> None:
@@ -248,18 +257,49 @@ class Suite:
         elif answers is not None and not isinstance(answers, SuiteAnswers):
             raise bad("answers", f"must be a mapping (or null: answer nothing), got {answers!r}")
         object.__setattr__(self, "answers", answers)
+        object.__setattr__(self, "ablation", self._checked_ablation(bad, strategies, ks))
         object.__setattr__(self, "generation", generation)
         object.__setattr__(self, "strategies", strategies)
         object.__setattr__(self, "metrics", metrics)
         object.__setattr__(self, "ks", tuple(sorted(set(ks))))
 
+    def _checked_ablation(self, bad, strategies: Sequence[str], ks: Sequence[int]) -> dict[str, Any]:
+        """``ablation`` with its defaults: {"steps": (...), "metrics": (...)}, or {} for none."""
+        spec = self.ablation
+        if not spec:
+            return {}
+        if not isinstance(spec, dict) or set(spec) - {"steps", "metrics"}:
+            raise bad("ablation", f"must be a mapping with 'steps' (and optionally 'metrics'), got {spec!r}")
+        steps = spec.get("steps")
+        if isinstance(steps, str) or not isinstance(steps, (list, tuple)) or len(steps) < 2:
+            raise bad("ablation.steps", f"must list at least two of the suite's strategies, got {steps!r}")
+        odd = [s for s in steps if s not in strategies]
+        if odd:
+            raise bad("ablation.steps", f"{odd} are not strategies of the suite ({list(strategies)})")
+        if len(set(steps)) != len(steps):
+            raise bad("ablation.steps", f"a strategy is named twice: {list(steps)}")
+        metrics = spec.get("metrics", [m for m in ABLATION_METRICS if int(m.rsplit("@", 1)[1]) in ks])
+        if isinstance(metrics, str) or not isinstance(metrics, (list, tuple)) or not metrics:
+            raise bad("ablation.metrics", f"must be a non-empty list such as {list(ABLATION_METRICS)}, got {metrics!r}")
+        for m in metrics:
+            granularity, _, name = str(m).partition("/")
+            metric, _, k = name.partition("@")
+            if (granularity not in ("turn", "session", "memory") or metric not in RETRIEVAL_METRICS
+                    or (metric != "mrr" and (not k.isdigit() or int(k) not in ks))):
+                raise bad("ablation.metrics", f"{m!r} is not <granularity>/<metric>@<k> with a metric of "
+                                              f"{list(RETRIEVAL_METRICS)} and k one of {list(ks)}")
+        return {"steps": tuple(steps), "metrics": tuple(metrics)}
+
     def with_overrides(self, **changes: Any) -> "Suite":
         """A copy with some fields replaced (None values are ignored); validated again."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update({k: v for k, v in changes.items() if v is not None})
-        if changes.get("strategies") is not None:  # keep the settings of the strategies still run
+        if changes.get("strategies") is not None:  # keep the settings (and ablation steps) of the strategies still run
             values["strategy_settings"] = {k: v for k, v in self.strategy_settings.items()
                                            if k in values["strategies"]}
+            if self.ablation:
+                steps = [s for s in self.ablation["steps"] if s in values["strategies"]]
+                values["ablation"] = {**self.ablation, "steps": steps} if len(steps) >= 2 else {}
         return Suite(**values)
 
     def header(self) -> dict[str, Any]:
@@ -441,6 +481,8 @@ def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "
     defaults: dict[str, dict[str, Any]] = {
         "dense": {"cache_dir": cache, "batch_size": embedding_batch_size},
         "hybrid": {"cache_dir": cache, "batch_size": embedding_batch_size},
+        **{name: {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache}
+           for name in ("fusion", "fusion_sessions", "fusion_time")},
         # EMMA: memories written and linked by the trained dialogue module, retrieved by the trained retriever
         "egocentric": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue"),
                        "llm_cache_dir": llm_cache},
@@ -451,6 +493,7 @@ def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "
                   "extractor_model": str(models / "glong_extractor"), "cache_dir": cache, "llm_cache_dir": llm_cache},
         "session_summary": {"llm_cache_dir": llm_cache},
         "mdr": {"teacher": str(models / "mdr_teacher")},
+        "trained_dense": {"model_path": str(models / "emma_retriever")},
     }
     return {name: dict(defaults[name]) for name in strategies if name in defaults}
 

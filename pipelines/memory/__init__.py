@@ -9,7 +9,7 @@ from pipelines.memory.base import (GRANULARITIES, STRATEGIES, MemoryStrategy, Re
 from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
 
 # Strategy modules, imported for their @register_strategy side effect (heavy imports stay lazy).
-from pipelines.memory import no_history, long_context, bm25, dense, hybrid, session_summary  # noqa: E402,F401
+from pipelines.memory import no_history, long_context, bm25, dense, hybrid, fusion, session_summary, trained_dense  # noqa: E402,F401
 from pipelines.memory import graph, egocentric, mdr  # noqa: E402,F401
 
 __all__ = ["GRANULARITIES", "STRATEGIES", "MemoryStrategy", "Retrieved", "Selector", "StrategyConfig",

@@ -215,6 +215,8 @@ class MemoryStrategy(ABC):
     # An oracle reads what a real system would have to produce (e.g. the dataset's own memories): the
     # report labels it, says why, and never ranks it among the strategies (None: not an oracle).
     oracle: ClassVar[str | None] = None
+    # What the strategy is, in a few words, for the ablation table (empty: the first line of its docstring).
+    ingredient: ClassVar[str] = ""
 
     @classmethod
     def required_models(cls, settings: dict) -> dict[str, str]:
@@ -303,6 +305,18 @@ class MemoryStrategy(ABC):
         Called once before an evaluation loop, so that work can be batched. It must not change
         what the memory holds: only ``observe`` adds to memory. Default: nothing to do.
         """
+        return None
+
+    def index_bytes(self) -> int | None:
+        """Bytes the current episode's index holds (vectors, postings), for the cost column of the ablation
+        table; None (the default): not measured."""
+        return None
+
+    def session_ranking(self, query: Query) -> list[str] | None:
+        """The session ids ranked for ``query`` when the strategy scores sessions itself (a session's top turns
+        combined, a session-level key), best first; None (the default): a session ranks at the position of its
+        best item in :meth:`retrieve`'s ranking. Called right after ``retrieve(query, ...)``; only observed
+        sessions of the current episode may appear."""
         return None
 
     def context(self, query: Query, budget_tokens: int) -> str:

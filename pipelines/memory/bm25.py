@@ -1,4 +1,4 @@
-"""``bm25``: lexical retrieval over turns with Okapi BM25 (rank_bm25.BM25Okapi).
+"""``bm25``: lexical retrieval over turns with Okapi BM25 (the scores of rank_bm25.BM25Okapi).
 
 Robertson & Zaragoza (2009), as implemented by ``rank_bm25``: for a query q with terms t and a
 turn d of length |d| (average length avgdl over the held turns),
@@ -14,8 +14,12 @@ of word characters (``re.findall(r"\\w+", text.lower())``, so punctuation is dro
 person's turns. LongMemEval's BM25 baseline splits on spaces only; ours is the documented
 default above, configurable.
 
-The index is rebuilt lazily after the held turns change (observe or forget): BM25's IDF and
-avgdl depend on the whole corpus, so there is no exact incremental update.
+Scoring goes through :class:`~pipelines.memory.index.BM25Index`, a sparse term x doc matrix of
+precomputed term weights that gives rank_bm25 0.2.2's scores (the same equation, the same float
+operations) in O(postings) per query; its matrix is rebuilt lazily, vectorised, after the held
+turns change (observe or forget): BM25's IDF and avgdl depend on the whole corpus, so there is
+no exact incremental update. :meth:`BM25.retrieve` ranks as every turn store does (score desc,
+ties to the newer turn) with :func:`~pipelines.memory.index.top_k`, without sorting every turn.
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from rank_bm25 import BM25Okapi
 
 from pipelines.data.schema import Query
 from pipelines.errors import ConfigError
-from pipelines.memory.base import StrategyConfig, register_strategy
+from pipelines.memory.base import Retrieved, StrategyConfig, check_k, register_strategy
+from pipelines.memory.index import BM25Index, top_k
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
 
 WORD = re.compile(r"\w+")
@@ -73,9 +77,9 @@ class BM25Config(StrategyConfig):
 
 def bm25_scores(docs: list[list[str]], query: list[str], k1: float, b: float, epsilon: float) -> np.ndarray:
     """BM25Okapi scores of ``query`` against each tokenised doc (N,); zeros if no doc has a token."""
-    if not any(docs):  # rank_bm25 divides by the average length, which is 0 here
-        return np.zeros(len(docs))
-    return np.asarray(BM25Okapi(docs, k1=k1, b=b, epsilon=epsilon).get_scores(query), dtype=np.float64)
+    index = BM25Index(k1=k1, b=b, epsilon=epsilon)
+    index.add(docs)
+    return index.scores(query)
 
 
 @register_strategy("bm25")
@@ -83,27 +87,34 @@ class BM25(TurnStrategy):
     """Okapi BM25 over the held turns."""
 
     config_class = BM25Config
+    ingredient = "lexical: Okapi BM25 over turns"
+
+    def index_bytes(self) -> int:
+        """The sparse matrix of BM25 weights of the held turns."""
+        return self._index.nbytes if len(self._index) else 0
 
     def _empty_scope(self) -> dict:
+        c = self.config
         return {**super()._empty_scope(),
-                "_docs": [],        # tokens of each held turn, in store order
-                "_index": None}     # BM25Okapi over _docs, built on first query after a change
+                "_index": BM25Index(c.k1, c.b, c.epsilon)}  # the held turns' tokens, in store order
 
     def _tokens(self, text: str) -> list[str]:
         return bm25_tokens(text, self.config.remove_stopwords)
 
     def _on_add(self, new: list[TurnItem]) -> None:
-        self._docs.extend(self._tokens(i.indexed_text(self.config.include_speaker)) for i in new)
-        self._index = None
+        self._index.add([self._tokens(i.indexed_text(self.config.include_speaker)) for i in new])
 
     def _on_remove(self, removed: list[TurnItem], keep: np.ndarray) -> None:
-        self._docs = [d for d, k in zip(self._docs, keep) if k]
-        self._index = None
+        self._index.keep(keep)
 
     def _scores(self, query: Query) -> np.ndarray:
-        c = self.config
-        if not any(self._docs):
-            return np.zeros(len(self._docs))
-        if self._index is None:
-            self._index = BM25Okapi(self._docs, k1=c.k1, b=c.b, epsilon=c.epsilon)
-        return np.asarray(self._index.get_scores(self._tokens(query.question)), dtype=np.float64)
+        return self._index.scores(self._tokens(query.question))  # (N,)
+
+    def retrieve(self, query: Query, k: int) -> list[Retrieved]:
+        """The turn store's ranking (score desc, ties to the newer turn), selected in O(N)."""
+        check_k(k)
+        if not self._items:
+            return []
+        scores = self._scores(query)                            # (N,) 0 where no query term occurs
+        # rows ascend in observation order (observe appends, forget keeps the order): later row = newer turn
+        return [self._items[j].retrieved(scores[j]) for j in top_k(scores, k, background=0.0)]

@@ -10,10 +10,16 @@ Turns are indexed as ``"speaker: text"`` (``include_speaker``), as in :mod:`.bm2
 go through :class:`~pipelines.memory.embeddings.EmbeddingCache` (SQLite under ``cache_dir``,
 keyed by model name + text hash), so a second run encodes nothing it has seen; new turns are
 encoded in one batch per observed session, or all at once by ``prepare`` before a run. Search
-is an exact inner product over the (N, D) matrix of held turns: at the hundreds to thousands of
-turns of one episode an exact dense product is faster than building an approximate index.
-``forget`` removes the rows and, unless ``forget_cached`` is off, the forgotten texts' vectors
-from the on-disk cache (a text another held turn still has, in any episode's store, keeps its vector).
+(:class:`~pipelines.memory.index.DenseIndex`) is by default (``index: exact``) an exact inner
+product over the (N, D) matrix of held turns: at the hundreds to thousands of turns of one episode
+it is faster than building an approximate index, but it reads every vector, 10-15 ms per query
+for 100k turns of 384 dimensions on one core (benchmarks/first_stage_scale.py). ``index: hnsw``
+searches an HNSW graph (hnswlib) instead once the store holds ``ann_min_items`` turns (built
+lazily at the first query, grown as turns arrive, rebuilt lazily after a forget: about 80 s for
+100k turns on one core), exact below that: the turns it returns score their cosine, the others
+-inf (they rank last, newest first). ``forget`` removes the rows and, unless ``forget_cached`` is
+off, the forgotten texts' vectors from the on-disk cache (a text another held turn still has, in
+any episode's store, keeps its vector).
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ import numpy as np
 
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
-from pipelines.memory.base import StrategyConfig, register_strategy
+from pipelines.memory.base import Retrieved, StrategyConfig, check_k, register_strategy
 from pipelines.memory.embeddings import (DEFAULT_CACHE_DIR, DEFAULT_MODEL_NAME, PRECISIONS, EmbeddingCache,
                                          Embedder, load_encoder)
+from pipelines.memory.index import DenseIndex, top_k
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
+
+INDEXES = ("exact", "hnsw")
 
 
 @dataclass(frozen=True)
@@ -43,11 +52,22 @@ class DenseConfig(StrategyConfig):
     precision: str = "auto"                  # fp32 | bf16 | auto (bf16 where the hardware has it)
     include_speaker: bool = True             # embed "speaker: text" instead of the bare text
     forget_cached: bool = True               # forget() also deletes the forgotten texts' cached vectors
+    index: str = "exact"                     # exact: E q over every turn | hnsw: an HNSW graph for large stores
+    ann_min_items: int = 20_000              # hnsw: held turns from which the graph answers (exact below)
+    hnsw_m: int = 16                         # hnsw: links per node (M; ChromaDB's default)
+    hnsw_ef_construction: int = 100          # hnsw: candidate list while building (ChromaDB's default)
+    hnsw_ef_search: int = 100                # hnsw: candidate list while searching (hnswlib uses max(this, k))
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(f"dense.batch_size must be a positive integer, got {self.batch_size!r}.")
+        if self.index not in INDEXES:
+            raise ConfigError(f"dense.index must be one of {list(INDEXES)}, got {self.index!r}.")
+        for name in ("ann_min_items", "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"dense.{name} must be a positive integer, got {value!r}.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"dense.precision must be one of {list(PRECISIONS)}, got {self.precision!r}.")
         if self.model_name is not None and not self.model_name.strip():
@@ -65,6 +85,11 @@ class Dense(TurnStrategy):
     """Cosine similarity of normalised sentence embeddings over the held turns."""
 
     config_class = DenseConfig
+    ingredient = "dense: MiniLM cosine over turns"
+
+    def index_bytes(self) -> int:
+        """The held turns' vectors (N x D float32)."""
+        return int(self._vectors.nbytes)
 
     def __init__(self, config=None, counter=None, embedder: Embedder | None = None):
         super().__init__(config, counter)
@@ -76,8 +101,15 @@ class Dense(TurnStrategy):
         self.embedder = embedder
 
     def _empty_scope(self) -> dict:
+        c = self.config
         return {**super()._empty_scope(),
-                "_vectors": np.zeros((0, 0), dtype=np.float32)}  # (N, D) rows in store order
+                "_index": DenseIndex(c.index, c.ann_min_items, c.hnsw_m, c.hnsw_ef_construction,
+                                     c.hnsw_ef_search)}  # (N, D) vectors in store order
+
+    @property
+    def _vectors(self) -> np.ndarray:
+        """The held turns' vectors (N, D), in store order."""
+        return self._index.vectors
 
     def prepare(self, episodes: Sequence[Episode]) -> None:
         """Warm the embedding cache with every turn and question of ``episodes`` in one batched call.
@@ -98,14 +130,25 @@ class Dense(TurnStrategy):
     def _on_add(self, new: list[TurnItem]) -> None:
         if not new:
             return
-        vectors = self.embedder.embed([self._text(i) for i in new])  # (n, D)
-        self._vectors = vectors if self._vectors.size == 0 else np.vstack([self._vectors, vectors])
+        self._index.add(self.embedder.embed([self._text(i) for i in new]))  # (n, D)
 
     def _on_remove(self, removed: list[TurnItem], keep: np.ndarray) -> None:
-        self._vectors = self._vectors[keep]
+        self._index.keep(keep)
         if self.config.forget_cached:
             self.embedder.forget({self._text(i) for i in removed} - self.held_texts(self._text))
 
-    def _scores(self, query: Query) -> np.ndarray:
+    def _scores(self, query: Query, k: int | None = None) -> np.ndarray:
+        """Cosines (N,) of the query with every held turn; with ``k`` and the graph in use, with the
+        turns the graph returns for ``k`` and -inf elsewhere."""
         q = self.embedder.embed([query.question])[0]  # (D,)
-        return self._vectors @ q                       # (N,) cosines
+        return self._index.scores(q, k)               # (N,)
+
+    def retrieve(self, query: Query, k: int) -> list[Retrieved]:
+        """The turn store's ranking (score desc, ties to the newer turn), selected in O(N)."""
+        check_k(k)
+        if not self._items:
+            return []
+        scores = self._scores(query, k)                         # (N,) float32
+        background = -np.inf if self._index.uses_ann(k) else None
+        # rows ascend in observation order (observe appends, forget keeps the order): later row = newer turn
+        return [self._items[j].retrieved(scores[j]) for j in top_k(scores, k, background)]

@@ -33,14 +33,10 @@ from pipelines.memory.embeddings import DEFAULT_CACHE_DIR, Embedder
 
 
 @dataclass(frozen=True)
-class HybridConfig(StrategyConfig):
-    """RRF settings plus the settings forwarded to the BM25 and dense rankers."""
+class RankersConfig(StrategyConfig):
+    """The settings forwarded to a BM25 and a dense ranker, shared by the strategies that fuse them
+    (``hybrid``, :mod:`.fusion`)."""
 
-    rrf_k: int = 60                  # RRF constant: damps the weight of the top ranks
-    bm25_weight: float = 1.0         # w of the BM25 ranking (0: not used)
-    dense_weight: float = 1.0        # w of the dense ranking (0: not used)
-    depth: int | None = None         # fuse each ranker's top `depth` turns; None: every held turn
-    lexical_matches_only: bool = True  # BM25 ranks only turns sharing a token with the query
     # forwarded to bm25 (BM25Config)
     k1: float = 1.5
     b: float = 0.75
@@ -59,19 +55,6 @@ class HybridConfig(StrategyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.rrf_k, int) or isinstance(self.rrf_k, bool) or self.rrf_k < 0:
-            raise ConfigError(f"hybrid.rrf_k must be an integer >= 0 (RRF constant), got {self.rrf_k!r}.")
-        for name in ("bm25_weight", "dense_weight"):
-            w = getattr(self, name)
-            if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
-                raise ConfigError(f"hybrid.{name} must be a finite number >= 0, got {w!r}.")
-        if self.bm25_weight == 0 and self.dense_weight == 0:
-            raise ConfigError("hybrid.bm25_weight and hybrid.dense_weight are both 0; at least one ranker "
-                              "must count.")
-        if self.depth is not None and (not isinstance(self.depth, int) or isinstance(self.depth, bool)
-                                       or self.depth < 1):
-            raise ConfigError(f"hybrid.depth must be a positive integer or null (every held turn), "
-                              f"got {self.depth!r}.")
         _ = (self.bm25_config, self.dense_config)  # the rankers' own checks (ConfigError "bm25.k1 ...")
 
     @property
@@ -88,11 +71,37 @@ class HybridConfig(StrategyConfig):
                            forget_cached=self.forget_cached)
 
 
-@register_strategy("hybrid")
-class Hybrid(MemoryStrategy):
-    """Reciprocal Rank Fusion of BM25 and dense rankings over the held turns."""
+@dataclass(frozen=True)
+class HybridConfig(RankersConfig):
+    """RRF settings plus the settings forwarded to the BM25 and dense rankers."""
 
-    config_class = HybridConfig
+    rrf_k: int = 60                  # RRF constant: damps the weight of the top ranks
+    bm25_weight: float = 1.0         # w of the BM25 ranking (0: not used)
+    dense_weight: float = 1.0        # w of the dense ranking (0: not used)
+    depth: int | None = None         # fuse each ranker's top `depth` turns; None: every held turn
+    lexical_matches_only: bool = True  # BM25 ranks only turns sharing a token with the query
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.rrf_k, int) or isinstance(self.rrf_k, bool) or self.rrf_k < 0:
+            raise ConfigError(f"hybrid.rrf_k must be an integer >= 0 (RRF constant), got {self.rrf_k!r}.")
+        for name in ("bm25_weight", "dense_weight"):
+            w = getattr(self, name)
+            if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
+                raise ConfigError(f"hybrid.{name} must be a finite number >= 0, got {w!r}.")
+        if self.bm25_weight == 0 and self.dense_weight == 0:
+            raise ConfigError("hybrid.bm25_weight and hybrid.dense_weight are both 0; at least one ranker "
+                              "must count.")
+        if self.depth is not None and (not isinstance(self.depth, int) or isinstance(self.depth, bool)
+                                       or self.depth < 1):
+            raise ConfigError(f"hybrid.depth must be a positive integer or null (every held turn), "
+                              f"got {self.depth!r}.")
+
+
+class RankerPair(MemoryStrategy):
+    """A BM25 and a dense ranker built from a :class:`RankersConfig`, holding the same turns in the same episode
+    scope: observe / forget / reset / prepare / enter go to both. The base of the strategies that fuse them."""
+
     granularities = ("turn", "session")
 
     def __init__(self, config=None, counter=None, embedder: Embedder | None = None):
@@ -100,10 +109,12 @@ class Hybrid(MemoryStrategy):
         self.bm25 = BM25(self.config.bm25_config, counter=self.counter)
         self.dense = Dense(self.config.dense_config, counter=self.counter, embedder=embedder)
         self._rankers = (self.bm25, self.dense)
-        self._tokens: dict[int, frozenset[str]] = {}  # turn order -> its BM25 tokens (lexical_matches_only)
 
     def __len__(self) -> int:
         return len(self.bm25)
+
+    def index_bytes(self) -> int:
+        return self.bm25.index_bytes() + self.dense.index_bytes()
 
     def enter(self, episode: Episode) -> None:
         super().enter(episode)
@@ -116,22 +127,41 @@ class Hybrid(MemoryStrategy):
             r.observe(episode, session)
 
     def forget(self, selector: Selector) -> int:
-        before = {i.order for i in self.bm25.items}
         removed = self.bm25.forget(selector)
         self.dense.forget(selector)  # the same turns: both observed the same sessions
+        return removed
+
+    def reset(self) -> None:
+        super().reset()
+        for r in getattr(self, "_rankers", ()):
+            r.reset()
+
+    def prepare(self, episodes: Sequence[Episode]) -> None:
+        for r in self._rankers:
+            r.prepare(episodes)
+
+
+@register_strategy("hybrid")
+class Hybrid(RankerPair):
+    """Reciprocal Rank Fusion of BM25 and dense rankings over the held turns."""
+
+    config_class = HybridConfig
+    ingredient = "BM25 + dense, rank fusion (RRF)"
+
+    def __init__(self, config=None, counter=None, embedder: Embedder | None = None):
+        super().__init__(config, counter, embedder)
+        self._tokens: dict[int, frozenset[str]] = {}  # turn order -> its BM25 tokens (lexical_matches_only)
+
+    def forget(self, selector: Selector) -> int:
+        before = {i.order for i in self.bm25.items}
+        removed = super().forget(selector)
         for order in before - {i.order for i in self.bm25.items}:
             self._tokens.pop(order, None)
         return removed
 
     def reset(self) -> None:
         super().reset()
-        for r in self._rankers:
-            r.reset()
         self._tokens = {}
-
-    def prepare(self, episodes: Sequence[Episode]) -> None:
-        for r in self._rankers:
-            r.prepare(episodes)
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)

@@ -26,7 +26,8 @@ def _project(root: Path) -> Path:
     need them are missing) and a synthetic suite of two cheap strategies."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     suite = yaml.safe_load((REPO / "pipelines/evaluate/suites/synthetic.yaml").read_text())
-    suite.update(strategies=["no_history", "bm25"], strategy_settings={}, answers=None)  # retrieval only: no model
+    suite.update(strategies=["no_history", "bm25"], strategy_settings={}, answers=None,  # retrieval only: no model
+                 ablation={})
     (root / "suite.yaml").parent.mkdir(parents=True, exist_ok=True)
     (root / "suite.yaml").write_text(yaml.safe_dump(suite))
     params["benchmark"]["suites"] = [str(root / "suite.yaml")]

@@ -10,6 +10,13 @@ from pipelines.memory import MemoryStrategy, Retrieved, build_strategy
 CONFIG = ProtocolConfig(ks=(1, 3), budget_tokens=100, show_progress=False)
 
 
+def figures(agg):
+    """An aggregate without its latencies (measurements of this machine's speed, not figures of the retrieval)."""
+    if isinstance(agg, dict):
+        return {k: figures(v) for k, v in agg.items() if k != "latency_ms_p50"}
+    return agg
+
+
 class Spy(MemoryStrategy):
     """Records what it has observed whenever it is asked; answers with its memories, newest first."""
 
@@ -98,7 +105,8 @@ def test_aggregate_overall_per_category_and_per_session(episode):
     flat = flat_metrics(overall)
     assert flat["turn/mrr"] == pytest.approx(2 / 3) and flat["context_tokens"] == 28.0 and flat["queries"] == 3.0
     assert "turn/queries" not in flat
-    assert aggregate([]) == {"overall": {"queries": 0, "context_tokens": 0.0}, "per_category": {}, "per_session": {}}
+    assert aggregate([]) == {"overall": {"queries": 0, "context_tokens": 0.0, "latency_ms_p50": 0.0}, "per_category": {},
+                             "per_session": {}}
 
 
 def test_run_protocol_builds_a_fresh_strategy_per_episode(episode):
@@ -182,7 +190,7 @@ def test_recording_the_readers_contexts_changes_no_retrieval_figure(episode):
     plain = run_protocol([episode], "long_context", CONFIG, settings={"include_dates": False})
     recorded = run_protocol([episode], "long_context", asked, settings={"include_dates": False})
     assert recorded.scores == plain.scores and recorded.excluded == plain.excluded and not plain.contexts
-    assert recorded.aggregate() == plain.aggregate()
+    assert figures(recorded.aggregate()) == figures(plain.aggregate())
     got = {(c.query_id, c.setting): c for c in recorded.contexts}
     # answered: the scored queries, the abstention Q5, Q8 without evidence, Q9 (memory evidence), and the probe;
     # never Q3, Q4, Q7, whose evidence is not earlier than their session
@@ -217,3 +225,59 @@ def test_a_request_without_a_list_for_the_contexts_is_refused(episode):
     config = ProtocolConfig(ks=(1,), show_progress=False, answers=AnswerRequest(frozenset({("p1", "Q1")})))
     with pytest.raises(ValueError, match="pass a list"):
         evaluate_episode(episode, Spy(), config)
+
+
+# --- strategies that rank sessions themselves -------------------------------------------------------------------
+
+class SessionRanker(Spy):
+    """Ranks turns newest first, but sessions oldest first (its own session scoring)."""
+
+    def session_ranking(self, query):
+        return list(dict.fromkeys(self.observed))
+
+
+def test_a_strategy_s_own_session_ranking_is_scored_at_session_granularity(episode):
+    scores, _ = evaluate_episode(episode, SessionRanker(), CONFIG, name="ranker")
+    plain, _ = evaluate_episode(episode, Spy(), CONFIG, name="spy")
+    pick = lambda rows, q, g: next(s for s in rows if (s.query_id, s.granularity) == (q, g)).metrics  # noqa: E731
+    # Q1 (asked in S2, evidence S1): S1 is the only session observed either way
+    # Q6 (after S4, evidence S4): newest-first turns put S4 first; the oldest-first session ranking puts it 4th
+    assert pick(plain, "Q6", "session")["recall@1"] == 1.0 and pick(plain, "Q6", "session")["mrr"] == 1.0
+    assert pick(scores, "Q6", "session")["recall@1"] == 0.0 and pick(scores, "Q6", "session")["mrr"] == 0.25
+    assert pick(scores, "Q6", "turn") == pick(plain, "Q6", "turn")  # turns keep the ranking of retrieve
+    # under LongMemEval's scoring too: the session ranking, not turn2session of the turn ranking
+    official = ProtocolConfig(ks=(1, 3), budget_tokens=100, show_progress=False, session_scoring="longmemeval")
+    scores, _ = evaluate_episode(episode, SessionRanker(), official, name="ranker")
+    assert pick(scores, "Q6", "session")["recall_any@1"] == 0.0 and pick(scores, "Q6", "session")["mrr"] == 0.25
+
+
+class SessionCheat(Spy):
+    def session_ranking(self, query):
+        return ["p1:S4", *dict.fromkeys(self.observed)]
+
+
+def test_a_session_ranking_naming_an_unobserved_session_is_a_leak(episode):
+    with pytest.raises(RuntimeError, match="ranked session.*temporal leak"):
+        evaluate_episode(episode, SessionCheat(), CONFIG)
+
+
+def test_each_query_s_retrieval_latency_is_recorded_and_its_median_aggregated(episode):
+    scores, _ = evaluate_episode(episode, Spy(), CONFIG, name="spy")
+    assert all(s.latency_ms > 0 for s in scores)
+    overall = aggregate(scores)["overall"]
+    per_query = sorted({(s.episode_id, s.query_id): s.latency_ms for s in scores}.values())
+    assert overall["latency_ms_p50"] == pytest.approx(per_query[len(per_query) // 2] if len(per_query) % 2 else
+                                                      (per_query[len(per_query) // 2 - 1]
+                                                       + per_query[len(per_query) // 2]) / 2)
+    assert "latency_ms_p50" in flat_metrics(overall)
+
+
+class Sized(Spy):
+    def index_bytes(self):
+        return 100 * len(self.items)
+
+
+def test_index_bytes_are_recorded_per_episode_when_measured(episode):
+    result = run_protocol([episode], Sized, CONFIG)
+    assert result.index_bytes == [100 * 8 + 100 * 4]  # 8 turns and 4 memories held after the last session
+    assert run_protocol([episode], Spy, CONFIG).index_bytes == []

@@ -8,7 +8,7 @@ from pipelines.evaluate.report import headline_k, markdown_table, run_benchmark
 
 STRATEGIES = ["no_history", "long_context", "bm25"]
 KEYS = ({f"{g}/{m}@{k}" for g in ("turn", "session") for m in ("recall", "recall_any", "recall_all", "ndcg_any")
-         for k in (1, 3)} | {"turn/mrr", "session/mrr", "context_tokens", "queries"})
+         for k in (1, 3)} | {"turn/mrr", "session/mrr", "context_tokens", "queries", "latency_ms_p50"})
 
 
 @pytest.fixture

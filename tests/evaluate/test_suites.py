@@ -75,6 +75,14 @@ def test_main_speaker_corpus_moves_session_evidence_to_the_kept_turns(episode):
     ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25]\nstrategy_settings: {dense: {}}\n", "does not run"),
     ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25]\ncorpus: some\n", "'corpus'"),
     ("name: x\nsource: synthetic\nstrategies: [bm25]\n", "missing key"),
+    ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25, dense]\nablation: {steps: [bm25, hybrid]}\n",
+     "'ablation.steps'.*hybrid.*not strategies of the suite"),
+    ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25, dense]\nablation: {steps: [bm25]}\n",
+     "'ablation.steps'.*at least two"),
+    ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25, dense]\nablation: {steps: [bm25, dense], "
+     "metrics: [turn/recall@7]}\n", "'ablation.metrics'.*turn/recall@7"),
+    ("name: x\nversion: 1\nsource: synthetic\nstrategies: [bm25, dense]\nablation: {steps: [bm25, dense], "
+     "order: 1}\n", "'ablation'.*mapping"),
 ])
 def test_bad_suite_files_name_the_file_and_key(tmp_path, text, match):
     path = tmp_path / "bad.yaml"
@@ -202,3 +210,41 @@ def test_suite_answers_on_its_published_format(name):
         # the dialogue so far, its last line the partner's turn the response answers; asked from session 2 on
         assert all(r.item.category.startswith("session ") and r.item.category != "session 1"
                    and ": " in r.item.question.splitlines()[-1] for r in answers.records)
+
+
+def test_shipped_ablations_add_one_ingredient_per_step():
+    """Every suite with an ablation runs its steps; the defaults show the headline metrics its ks allow."""
+    for name in list_suites():
+        suite = load_suite(name)
+        if suite.ablation:
+            assert set(suite.ablation["steps"]) <= set(suite.strategies), name
+            assert suite.ablation["steps"][0] == "bm25", name
+            assert "session/recall_all@5" in suite.ablation["metrics"], name
+    trimmed = load_suite("locomo").with_overrides(strategies=("bm25", "fusion", "dense"))
+    assert trimmed.ablation["steps"] == ("bm25", "fusion")
+    assert not load_suite("locomo").with_overrides(strategies=("bm25", "dense")).ablation
+
+
+def test_the_ablation_table_gives_each_step_s_gain_and_cost(episode, tmp_path):
+    from pipelines.evaluate.report import ablation_rows
+    from pipelines.evaluate.suite import Suite
+
+    suite = Suite(name="abl", version=1, source="synthetic", strategies=("long_context", "bm25", "fusion_sessions"),
+                  ks=(1, 3), ablation={"steps": ["long_context", "bm25", "fusion_sessions"],
+                                       "metrics": ["turn/recall@3", "session/mrr"]})
+    settings = {"fusion_sessions": {"cache_dir": str(tmp_path / "cache")}}
+    run = evaluate_suite(suite, [episode], settings=settings, show_progress=False)
+    rows = ablation_rows(run)
+    assert [r["strategy"] for r in rows] == ["long_context", "bm25", "fusion_sessions"]
+    flat = run.metrics()
+    for before, row in zip(rows, rows[1:]):
+        for metric in ("turn/recall@3", "session/mrr"):
+            assert row[metric] == flat[row["strategy"]][metric]
+            assert row[f"gain {metric}"] == pytest.approx(row[metric] - before[metric])
+    assert rows[0]["gain turn/recall@3"] is None and all(r["latency_ms_p50"] > 0 for r in rows)
+    assert "score fusion" in rows[2]["adds"] or "session" in rows[2]["adds"]
+    write_report([run], tmp_path / "out")
+    md = (tmp_path / "out" / "benchmark.md").read_text()
+    table = md.split("### Ablation", 1)[1].split("###", 1)[0]
+    assert "| 2 | bm25 |" in table and "| 3 | fusion_sessions |" in table and "latency p50 (ms)" in table
+    assert (tmp_path / "out" / "plots" / "abl" / "ablation.png").stat().st_size > 0

@@ -72,3 +72,28 @@ def test_empty_memory_and_stopword_only_query(episode, fill, q):
 def test_config_checks(field, value):
     with pytest.raises(ConfigError, match=field):
         BM25Config(**{field: value})
+
+
+def test_scores_are_rank_bm25s_over_the_held_turns_after_forget(episode, fill, q):
+    import numpy as np
+    from rank_bm25 import BM25Okapi
+
+    strategy = build_strategy("bm25")
+    fill(strategy, episode)
+    strategy.forget(Selector.of(turns=["e1:S2:T2"]))
+    docs = [bm25_tokens(f"{i.speaker}: {i.text}") for i in strategy.items]
+    for question in ("Who is learning the cello?", "Ana Biscuit shoes", "Ana Ana trip"):
+        expected = BM25Okapi(docs).get_scores(bm25_tokens(question))
+        assert np.allclose(strategy._scores(q(question)), expected, rtol=1e-12, atol=1e-12)
+        items = strategy.retrieve(q(question), 8)
+        order = np.lexsort((-np.arange(len(docs)), -expected))       # the turn store's rule: score, then newer
+        assert [i.turn_id for i in items] == [strategy.items[j].turn_id for j in order]
+
+
+def test_forget_leaves_no_forgotten_term_in_the_index(episode, fill, q):
+    strategy = build_strategy("bm25")
+    fill(strategy, episode)
+    assert {"cello", "ben", "biscuit"} <= set(strategy._index.vocab)
+    strategy.forget(Selector.of(speakers=["Ben"]))               # S1 and S3: every turn with "cello" or "biscuit"
+    assert not {"cello", "ben", "biscuit", "greyhound"} & set(strategy._index.vocab)
+    assert [i.score for i in strategy.retrieve(q("cello"), 3)] == [0.0] * 3

@@ -108,3 +108,89 @@ def test_build_strategy_shares_the_loaded_model(minilm, tmp_path):
 def test_config_checks(settings, match):
     with pytest.raises(ConfigError, match=match):
         DenseConfig(**settings)
+
+
+@pytest.mark.parametrize("settings, match", [({"index": "flat"}, "index"), ({"ann_min_items": 0}, "ann_min_items"),
+                                             ({"hnsw_ef_search": 0}, "hnsw_ef_search")])
+def test_index_config_checks(settings, match):
+    with pytest.raises(ConfigError, match=match):
+        DenseConfig(**settings)
+
+
+# --- the HNSW index on a large store (a table of clustered vectors, no encoder) ------------------
+
+class Table:
+    """An embedder serving fixed vectors by text (what Dense needs of an Embedder)."""
+
+    cache = None
+
+    def __init__(self, table):
+        self.table = table
+
+    def embed(self, texts):
+        return np.stack([self.table[t] for t in texts])
+
+    def forget(self, texts):
+        return 0
+
+
+def clustered_episode(n_sessions=30, per=10, dim=32, seed=0):
+    """One speaker's sessions; session s talks about topic s: its turns' vectors lie near centre s
+    (well separated), and the question "topic s?" is centre s."""
+    from pipelines.data.schema import Episode, Session, Turn
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n_sessions, dim))
+    table, sessions = {}, []
+    for s in range(n_sessions):
+        turns = []
+        for t in range(per):
+            v = centres[s] / np.linalg.norm(centres[s]) + 0.1 * rng.normal(size=dim)
+            table[f"Ana: topic {s} turn {t}"] = (v / np.linalg.norm(v)).astype(np.float32)
+            turns.append(Turn(id=f"S{s}:T{t}", speaker="Ana", text=f"topic {s} turn {t}"))
+        table[f"topic {s}?"] = (centres[s] / np.linalg.norm(centres[s])).astype(np.float32)
+        sessions.append(Session(id=f"S{s}", index=s, partner="Ben", turns=turns))
+    return Episode(id="big", source="test", main_speaker="Ana", sessions=sessions), Table(table)
+
+
+def table_dense(embedder, **settings):
+    return Dense(DenseConfig(cache_dir=None, **settings), embedder=embedder)
+
+
+def test_hnsw_top_k_agrees_with_exact_and_scores_are_the_cosines(fill, q):
+    episode, table = clustered_episode()
+    exact, ann = table_dense(table), table_dense(table, index="hnsw", ann_min_items=100)
+    fill(exact, episode)
+    fill(ann, episode)
+    for s in (0, 7, 29):
+        want, got = exact.retrieve(q(f"topic {s}?"), 5), ann.retrieve(q(f"topic {s}?"), 5)
+        assert [i.turn_id for i in got] == [i.turn_id for i in want]
+        assert [i.score for i in got] == pytest.approx([i.score for i in want], rel=1e-6)  # their cosines
+        assert all(i.session_id == f"S{s}" for i in got)
+    assert len(ann._index.ann) == 300
+    scores = ann._scores(q("topic 3?"), 5)                               # what the graph did not return: -inf
+    assert np.isfinite(scores).sum() == 5 and np.isneginf(scores).sum() == 295
+
+
+def test_hnsw_is_used_from_ann_min_items_and_follows_observe_and_forget(fill, q):
+    from pipelines.memory import Selector
+
+    episode, table = clustered_episode()
+    ann = table_dense(table, index="hnsw", ann_min_items=150)
+    for session in episode.sessions[:14]:                                # 140 turns: exact
+        ann.observe(episode, session)
+    assert ann.retrieve(q("topic 3?"), 5)[0].session_id == "S3" and ann._index.ann is None
+    for session in episode.sessions[14:]:
+        ann.observe(episode, session)
+    assert ann.retrieve(q("topic 20?"), 5)[0].session_id == "S20" and len(ann._index.ann) == 300
+    assert ann.forget(Selector.of(sessions=["S20"])) == 10
+    assert ann._index.ann is None                                        # rebuilt at the next query
+    exact = table_dense(table)
+    fill(exact, episode)
+    exact.forget(Selector.of(sessions=["S20"]))
+    for s in (20, 21):
+        got = ann.retrieve(q(f"topic {s}?"), 5)
+        assert "S20" not in {i.session_id for i in got}
+        assert [i.turn_id for i in got] == [i.turn_id for i in exact.retrieve(q(f"topic {s}?"), 5)]
+    assert len(ann._index.ann) == 290
+    assert len(ann.retrieve(q("topic 1?"), 290)) == 290                  # a full ranking: exact

@@ -128,8 +128,19 @@ def teacher(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def retriever_dir(tmp_path_factory):
+    """A tiny random EMMA dual encoder saved as emma_retriever saves one, trained on no episode here."""
+    from pipelines.emma import retriever as R
+    from tests.emma._tiny_retriever import save_tiny_dual_encoder
+
+    out = save_tiny_dual_encoder(tmp_path_factory.mktemp("retriever"), memory_max_length=32)
+    R.write_trained_on(out, [], [])
+    return out
+
+
 @pytest.fixture
-def build(teacher, tmp_path):
+def build(teacher, retriever_dir, tmp_path):
     """``build(name)`` -> a fresh strategy: the registered one, with its caches under tmp_path and test doubles
     where a trained model would be needed (EMMA's retriever and dialogue module)."""
     cache = str(tmp_path / "cache")
@@ -141,6 +152,10 @@ def build(teacher, tmp_path):
         "bm25": lambda: build_strategy("bm25"),
         "dense": lambda: build_strategy("dense", cache_dir=cache),
         "hybrid": lambda: build_strategy("hybrid", cache_dir=cache),
+        "fusion": lambda: build_strategy("fusion", cache_dir=cache),
+        "fusion_sessions": lambda: build_strategy("fusion_sessions", cache_dir=cache),
+        "fusion_time": lambda: build_strategy("fusion_time", cache_dir=cache),
+        "trained_dense": lambda: build_strategy("trained_dense", model_path=str(retriever_dir), cache_dir=cache),
         "graph": lambda: build_strategy("graph", cache_dir=cache),
         "mdr": lambda: build_strategy("mdr", teacher=str(teacher)),
         "egocentric": lambda: Egocentric(EgocentricConfig(agents="all"), retriever=retriever, dialogue=summariser),
@@ -243,7 +258,9 @@ def test_forgetting_a_speaker_leaves_nothing_said_by_to_or_about_them(name, buil
     assert len(strategy) == len(strategy.retrieve(ask(PROBES[0]), max(len(strategy), 1)))
     if name != "no_history":  # the rest stays: what was said with Vivek and does not name Wren
         assert len(strategy) > 0 and any(KEPT.search(i.text) for i in items)
-    if name in ("long_context", "bm25", "dense", "hybrid", "mdr"):  # the issue's turn, said to Wren, is gone
+    if name in ("long_context", "bm25", "dense", "hybrid", "fusion", "fusion_sessions", "fusion_time", "trained_dense",
+                "mdr"):
+        # the issue's turn, said to Wren, is gone
         assert {i.turn_id for i in items} == {"f:S2:T1", "f:S2:T3"}          # f:S3:T1 ("Since you...") went
     assert cache_leaks(strategy, name, episode, tmp_path / "cache") == []       # the probes brought nothing back
 

@@ -1,0 +1,302 @@
+"""``fusion``: calibrated score fusion of BM25 and dense turn scores, with session scoring and time awareness.
+
+Score fusion (Bruch, Gai & Ingber, "An Analysis of Fusion Functions for Hybrid Retrieval", ACM TOIS 2023):
+a convex combination of each ranker's scores, each first normalised over the candidates of the query, beats
+Reciprocal Rank Fusion, which throws the score gaps away (:mod:`.hybrid` fuses ranks). For a query q and the
+held turns d (BM25's unbounded scores s_b, dense cosines s_d):
+
+    z_r(d) = (s_r(d) - min_d' s_r(d')) / (max_d' s_r(d') - min_d' s_r(d'))   ("minmax", the default)
+    z_r(d) = (s_r(d) - mean_d' s_r(d')) / std_d' s_r(d')                  ("zscore")
+    f(d)   = w_b * z_b(d) + w_d * z_d(d)                                 (turn score; weights >= 0)
+
+so each ranker counts by how far a turn stands out of its own distribution for this query, not by its scale.
+
+Session scoring (``session_pool``; Dai & Callan, "Deeper Text Understanding for IR with Contextual Neural
+Language Modeling", SIGIR 2019: a document scored from its passages, MaxP and SumP): a session s with turns
+d_1..d_n scores
+
+    "max":      S(s) = max_i f(d_i)                                    (the protocol's default: best item)
+    "sum_top":  S(s) = sum_{j<=m} f_(j) / j                            (its m best turns, f_(1) >= f_(2) ...)
+
+plus, with ``session_key_weight`` w_k > 0, a session-level key: BM25 over the session's whole text (user and
+partner turns joined), the key LongMemEval (Wu et al., ICLR 2025, section 5) indexes sessions by:
+
+    S(s) += w_k * z(BM25(q, session text))
+
+A turn inherits its session's evidence with ``session_prior`` w_p (a turn of a relevant session is likelier
+evidence): f'(d) = f(d) + w_p * z(S)(session(d)). The turn ranking sorts f' (ties to the newer turn); the session
+ranking (:meth:`session_ranking`) sorts S (ties to the newer session).
+
+Time awareness (``time``: ``rules`` or ``llm``; :mod:`.temporal`): when the question names a time ("last week",
+"in May") resolved against its date into a range of days, sessions dated in that range get ``time_boost`` added to
+z(S) and to their turns' f' (``time_mode: boost``), or every other dated session is dropped (``filter``): the
+time-aware query expansion of LongMemEval (section 5.4) with a range from rules or from a model.
+
+The strategy holds one :class:`~.bm25.BM25` and one :class:`~.dense.Dense` (the shipped MiniLM, or a trained
+encoder through ``model_path``), built from its settings as :mod:`.hybrid` builds them, and sends observe /
+forget / reset / prepare / enter to both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipelines.data.schema import Episode, Query, Session
+from pipelines.errors import ConfigError
+from pipelines.memory.base import Retrieved, Selector, check_k, register_strategy
+from pipelines.memory.bm25 import bm25_scores, bm25_tokens
+from pipelines.memory.embeddings import Embedder
+from pipelines.memory.hybrid import RankerPair, RankersConfig
+
+CALIBRATIONS = ("zscore", "minmax")
+SESSION_POOLS = ("max", "sum_top")
+TIME_SOURCES = ("none", "rules", "llm")
+TIME_MODES = ("boost", "filter")
+
+
+def calibrate(scores: np.ndarray, method: str) -> np.ndarray:
+    """Scores of one ranker over the candidates of one query (N,), normalised (N,); constant scores -> zeros."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size == 0:
+        return scores
+    if method == "zscore":
+        std = scores.std()
+        return (scores - scores.mean()) / std if std > 0 else np.zeros_like(scores)
+    if method == "minmax":
+        span = scores.max() - scores.min()
+        return (scores - scores.min()) / span if span > 0 else np.zeros_like(scores)
+    raise ConfigError(f"calibration must be one of {list(CALIBRATIONS)}, got {method!r}.")
+
+
+def pool_sessions(turn_scores: np.ndarray, session_of: np.ndarray, n_sessions: int, pool: str, m: int
+                  ) -> np.ndarray:
+    """Session scores (S,) from turn scores (N,) and each turn's session position (N,) in [0, S)."""
+    out = np.full(n_sessions, -np.inf)
+    if pool == "max":
+        np.maximum.at(out, session_of, turn_scores)
+        return out
+    if pool != "sum_top":
+        raise ConfigError(f"session_pool must be one of {list(SESSION_POOLS)}, got {pool!r}.")
+    order = np.lexsort((-turn_scores, session_of))         # by session, best turn first within it
+    rank = np.empty_like(order)
+    starts = np.searchsorted(session_of[order], np.arange(n_sessions))
+    rank[order] = np.arange(len(order)) - starts[session_of[order]]  # 0 for a session's best turn
+    keep = rank < m
+    out[:] = 0.0
+    np.add.at(out, session_of[keep], turn_scores[keep] / (rank[keep] + 1))
+    out[np.bincount(session_of, minlength=n_sessions) == 0] = -np.inf
+    return out
+
+
+@dataclass(frozen=True)
+class FusionConfig(RankersConfig):
+    """Calibrated fusion settings, plus the rankers' (:class:`~.hybrid.RankersConfig`)."""
+
+    calibration: str = "minmax"        # minmax | zscore: each ranker's scores normalised per query
+    bm25_weight: float = 1.0           # w_b
+    dense_weight: float = 1.0          # w_d
+    session_pool: str = "max"          # max | sum_top: a session's score from its turns' scores
+    session_top: int = 3               # m of sum_top
+    session_key_weight: float = 0.0    # w_k: BM25 over the session's whole text added to its score (0: none)
+    session_prior: float = 0.0         # w_p: a turn's score gains its session's calibrated score (0: none)
+    time: str = "none"                 # none | rules | llm: time-aware retrieval (pipelines.memory.temporal)
+    time_mode: str = "boost"           # boost | filter: sessions dated in the question's time range
+    time_boost: float = 1.0            # added inside the range, decaying outside (boost; a ranker's min-max span is 1)
+    time_llm: dict[str, Any] | None = None  # time: llm only: the model that reads the range (as llm.reader)
+    llm_cache_dir: str | None = None   # the LLM layer's response cache of time_llm
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.calibration not in CALIBRATIONS:
+            raise ConfigError(f"fusion.calibration must be one of {list(CALIBRATIONS)}, got {self.calibration!r}.")
+        if self.session_pool not in SESSION_POOLS:
+            raise ConfigError(f"fusion.session_pool must be one of {list(SESSION_POOLS)}, got {self.session_pool!r}.")
+        if not isinstance(self.session_top, int) or isinstance(self.session_top, bool) or self.session_top < 1:
+            raise ConfigError(f"fusion.session_top must be a positive integer, got {self.session_top!r}.")
+        for name in ("bm25_weight", "dense_weight", "session_key_weight", "session_prior", "time_boost"):
+            w = getattr(self, name)
+            if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
+                raise ConfigError(f"fusion.{name} must be a finite number >= 0, got {w!r}.")
+        if self.bm25_weight == 0 and self.dense_weight == 0:
+            raise ConfigError("fusion.bm25_weight and fusion.dense_weight are both 0; at least one ranker must count.")
+        if self.time not in TIME_SOURCES:
+            raise ConfigError(f"fusion.time must be one of {list(TIME_SOURCES)}, got {self.time!r}.")
+        if self.time_mode not in TIME_MODES:
+            raise ConfigError(f"fusion.time_mode must be one of {list(TIME_MODES)}, got {self.time_mode!r}.")
+        if self.time == "llm" and not self.time_llm:
+            raise ConfigError("fusion.time is 'llm': set time_llm (the model that reads a question's time range, "
+                              "as llm.reader: {backend, model, ...}).")
+        if self.time != "llm" and self.time_llm:
+            raise ConfigError(f"fusion.time_llm is set but time is {self.time!r}: set time: llm or remove time_llm.")
+
+
+@register_strategy("fusion")
+class Fusion(RankerPair):
+    """Calibrated fusion of BM25 and dense turn scores; sessions scored from their turns (and a session key);
+    questions that name a time favour the sessions of that time."""
+
+    config_class = FusionConfig
+    ingredient = "BM25 + dense, calibrated score fusion (min-max normalised, summed)"
+
+    def __init__(self, config=None, counter=None, embedder: Embedder | None = None, time_reader=None):
+        super().__init__(config, counter, embedder)
+        self._time_reader = time_reader if time_reader is not None else self._build_time_reader()
+        self._last: tuple[tuple, list[str]] | None = None  # (what was asked, of which memory; its session ranking)
+        self.reset()
+
+    def _build_time_reader(self):
+        """query -> TimeRange | None (None for ``time: none``)."""
+        c = self.config
+        if c.time == "none":
+            return None
+        from pipelines.memory import temporal
+
+        if c.time == "rules":
+            return lambda query: temporal.extract_time_range(query.question, query.timestamp)
+        reader = temporal.LLMTimeRangeExtractor.from_config(c.time_llm, cache_dir=c.llm_cache_dir)
+        return lambda query: reader.extract(query.question, query.timestamp)
+
+    def _empty_scope(self) -> dict:
+        return {"_session_docs": {},   # session id -> BM25 tokens of its whole text (the session key)
+                "_session_time": {},   # session id -> its timestamp
+                "_changes": 0}         # observes and forgets so far (a cached session ranking is of one state)
+
+    def index_bytes(self) -> int:
+        """BM25's weights and the dense vectors of the turns, and the session keys' tokens (8 bytes a token: a
+        pointer to an interned string)."""
+        keys = 8 * sum(len(tokens) for tokens in self._session_docs.values()) if self.config.session_key_weight else 0
+        return super().index_bytes() + keys
+
+    def observe(self, episode: Episode, session: Session) -> None:
+        super().observe(episode, session)
+        if session.turns:
+            held = [i for i in self.bm25.items if i.session_id == session.id]
+            self._session_docs[session.id] = self._key_tokens([i.indexed_text(self.config.include_speaker)
+                                                               for i in held])
+            self._session_time[session.id] = session.timestamp
+        self._changes += 1
+
+    def forget(self, selector: Selector) -> int:
+        removed = super().forget(selector)
+        self._changes += 1
+        if removed:  # session keys made again of the turns still held: a forgotten turn leaves its session's key
+            texts: dict[str, list[str]] = {}
+            for item in self.bm25.items:
+                texts.setdefault(item.session_id, []).append(item.indexed_text(self.config.include_speaker))
+            self._session_docs = {sid: self._key_tokens(t) for sid, t in texts.items()}
+            self._session_time = {sid: t for sid, t in self._session_time.items() if sid in texts}
+        return removed
+
+    def reset(self) -> None:
+        super().reset()
+        self._last = None
+
+    def _key_tokens(self, texts: list[str]) -> list[str]:
+        return bm25_tokens(" ".join(texts), self.config.remove_stopwords)
+
+    # --- scoring ----------------------------------------------------------------------------------
+    def _scores(self, query: Query) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """(turn scores f' (N,) in store order, session ids (S,), session scores S (S,))."""
+        c = self.config
+        items = self.bm25.items
+        fused = np.zeros(len(items))                                              # (N,)
+        if c.bm25_weight:
+            fused += c.bm25_weight * calibrate(self.bm25._scores(query), c.calibration)
+        if c.dense_weight:
+            fused += c.dense_weight * calibrate(self.dense._scores(query), c.calibration)
+        sessions = list(dict.fromkeys(i.session_id for i in items))               # (S,) in observation order
+        position = {sid: p for p, sid in enumerate(sessions)}
+        session_of = np.asarray([position[i.session_id] for i in items])          # (N,)
+        pooled = pool_sessions(fused, session_of, len(sessions), c.session_pool, c.session_top)  # (S,)
+        if c.session_key_weight:
+            docs = [self._session_docs.get(sid, []) for sid in sessions]
+            key = bm25_scores(docs, bm25_tokens(query.question, c.remove_stopwords), c.k1, c.b, c.epsilon)
+            pooled = pooled + c.session_key_weight * calibrate(key, c.calibration)
+        if self._time_reader is not None:
+            from pipelines.memory.temporal import time_weights
+
+            window = self._time_reader(query)
+            adjust = time_weights([self._session_time.get(sid) for sid in sessions], window, c.time_mode,
+                                  boost=c.time_boost)                             # (S,) additive, -inf: filtered
+            pooled = pooled + adjust
+        else:
+            adjust = None
+        if c.session_prior:
+            fused = fused + c.session_prior * _calibrate_finite(pooled, c.calibration)[session_of]
+        if adjust is not None:
+            fused = fused + adjust[session_of]
+        return fused, sessions, pooled
+
+    def retrieve(self, query: Query, k: int) -> list[Retrieved]:
+        check_k(k)
+        if not len(self):
+            self._last = (self._asked(query), [])
+            return []
+        scores, sessions, pooled = self._scores(query)
+        items = self.bm25.items
+        order = np.asarray([i.order for i in items])
+        keep = np.isfinite(scores)
+        ranking = [j for j in np.lexsort((-order, -scores)) if keep[j]][:k]      # score desc, then newer first
+        latest = {sid: p for p, sid in enumerate(sessions)}                       # later position = newer
+        ranked = sorted((s for s, v in zip(sessions, pooled) if np.isfinite(v)),
+                        key=lambda s: (-pooled[latest[s]], -latest[s]))
+        self._last = (self._asked(query), ranked)
+        return [items[j].retrieved(scores[j]) for j in ranking]
+
+    def session_ranking(self, query: Query) -> list[str] | None:
+        """The sessions by S; None when S is the best of a session's turns (``max``, no session key): the ranking
+        is then the one the protocol reads off the turn ranking (a session-wide constant added to every turn of
+        a session, the time adjustment or the prior, moves the best turn as it moves S)."""
+        c = self.config
+        if c.session_pool == "max" and not c.session_key_weight:
+            return None
+        if self._last is None or self._last[0] != self._asked(query):
+            self.retrieve(query, max(len(self), 1))
+        return list(self._last[1])
+
+    def _asked(self, query: Query) -> tuple:
+        """What a session ranking answers: the query, in this episode's memory as it is now (items held)."""
+        return (self.episode_id, query.id, query.question, query.timestamp, len(self), self._changes)
+
+
+def _calibrate_finite(scores: np.ndarray, method: str) -> np.ndarray:
+    """:func:`calibrate` over the finite entries; the others stay -inf."""
+    out = np.full_like(scores, -np.inf, dtype=np.float64)
+    finite = np.isfinite(scores)
+    out[finite] = calibrate(scores[finite], method)
+    return out
+
+
+# --- the named steps of the ablation: each adds one ingredient to the previous -------------------------------
+# Defaults chosen on LoCoMo conversations 0-4 (calibration, m, w_k, w_p, time_boost); README "Retrieval strategies"
+# gives the sweep and the held-out figures (conversations 5-9, the LongMemEval S sample).
+
+@dataclass(frozen=True)
+class FusionSessionsConfig(FusionConfig):
+    session_pool: str = "sum_top"
+    session_key_weight: float = 1.0
+    session_prior: float = 1.0
+
+
+@register_strategy("fusion_sessions")
+class FusionSessions(Fusion):
+    """fusion + session scoring: a session's 3 best turns (SumP), its whole-text BM25 key, a turn's session prior."""
+
+    config_class = FusionSessionsConfig
+    ingredient = "+ session scoring: 3 best turns (SumP), session BM25 key, session prior"
+
+
+@dataclass(frozen=True)
+class FusionTimeConfig(FusionSessionsConfig):
+    time: str = "rules"
+
+
+@register_strategy("fusion_time")
+class FusionTime(Fusion):
+    """fusion_sessions + time awareness: sessions dated in the time range a question names are boosted."""
+
+    config_class = FusionTimeConfig
+    ingredient = "+ time-aware: sessions in the question's time range boosted"

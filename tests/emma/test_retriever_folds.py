@@ -1,0 +1,106 @@
+"""The emma_retriever stage with ``emma.retriever_folds``: one model per fold of a one-split dataset (LoCoMo-like),
+manifests of who trained on what, fold metrics, and finished folds kept across an interrupted run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.data.schema import Query, write_episodes
+from pipelines.data.synthetic import SyntheticConfig, generate, write_splits
+from pipelines.emma import stage as S
+from pipelines.runner import StageContext
+from pipelines.stages import STAGES
+from tests.emma.conftest import mia_episode
+from tests.emma._tiny_retriever import write_tiny_encoder
+
+CONVERSATIONS = [f"conv-{n}" for n in range(4)]
+
+
+def _conversation(eid: str):
+    """Mia's episode as a LoCoMo-like conversation: published in the test split, with two questions."""
+    ep = mia_episode().model_copy(update={"id": eid, "source": "locomo"})
+    ep.queries = [Query(id=f"{eid}:q1", question="Where is Leo moving?", evidence_turns=["E1:S1:T2"]),
+                  Query(id=f"{eid}:q2", session_id="E1:S3", question="What did Mia adopt?",
+                        evidence_turns=["E1:S1:T1"])]
+    return ep
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_encoder(tmp_path_factory.mktemp("tiny") / "encoder")
+
+
+@pytest.fixture
+def ctx(tmp_path, tiny):
+    write_splits(generate(SyntheticConfig(episodes=6, sessions=3, turns=6, partners=2, queries_per_session=1)),
+                 tmp_path / "data/canonical/synthetic")
+    write_episodes(tmp_path / "data/canonical/locomo/test.jsonl", [_conversation(e) for e in CONVERSATIONS])
+    emma = {"sources": ["synthetic", "locomo"],
+            "retriever": {"model": str(tiny), "pairs": ["memory_tags", "questions"], "context_max_length": 128,
+                          "memory_max_length": 64, "batch_size": 4, "max_negatives": 4},
+            "retriever_train": {"max_steps": 2, "eval_every": 1000, "save_every": 1000,
+                                "early_stopping_patience": None},
+            "retriever_folds": {"k": 2, "sources": ["locomo"], "valid_share": 0.5}}
+    return StageContext(stage=STAGES["emma_retriever"], config={"profile": "tiny", "seed": 2022, "emma": emma},
+                        root=tmp_path)
+
+
+def _ids(path):
+    return set(json.loads(path.read_text())["episodes"])
+
+
+def test_folds_train_on_the_other_folds_and_list_what_they_saw(ctx, monkeypatch):
+    import pipelines.training.stage as T
+
+    calls = []
+    real = T.train_stage
+
+    def counted(ctx_, task, knobs, out_rel, folder=None):
+        calls.append(out_rel)
+        if out_rel == S.RETRIEVER and len(calls) == 3:      # the first run dies while training the main model
+            raise KeyboardInterrupt
+        return real(ctx_, task, knobs, out_rel, folder=folder)
+
+    monkeypatch.setattr(T, "train_stage", counted)
+    with pytest.raises(KeyboardInterrupt):
+        S.emma_retriever(ctx)
+    assert len(calls) == 3
+    result = S.emma_retriever(ctx)               # started again: the two finished folds are not trained again
+    assert calls[3:] == [S.RETRIEVER]
+
+    root = ctx.root / S.RETRIEVER
+    manifest = json.loads((root / "folds" / "folds.json").read_text())
+    assert manifest["k"] == 2 and manifest["sources"] == ["locomo"]
+    held = [set(f["held_out"]) for f in manifest["folds"]]
+    assert [len(h) for h in held] == [2, 2] and held[0] | held[1] == set(CONVERSATIONS)
+    synthetic_train = {e.id for e in generate(SyntheticConfig(episodes=6, sessions=3, turns=6, partners=2,
+                                                              queries_per_session=1)) if e.split == "train"}
+    for i, fold in enumerate(manifest["folds"]):
+        saw = _ids(root / "folds" / f"fold-{i}" / "trained_on.json")
+        assert not saw & held[i]                                    # never its own held-out conversations
+        assert saw == set(fold["trained_on"]) | set(fold["valid"])
+        assert synthetic_train <= saw and set(CONVERSATIONS) - held[i] <= saw
+        assert (root / "folds" / f"fold-{i}" / "retriever.json").exists()
+        for which in ("trained", "untrained"):
+            assert result.metrics[f"folds/fold-{i}/{which}/questions/queries"] == 4.0   # 2 conversations x 2
+            assert 0.0 <= result.metrics[f"folds/fold-{i}/{which}/questions/recall@1"] <= 1.0
+    assert result.metrics["folds/trained/questions/queries"] == 8.0
+    # the main model trained on every conversation: the benchmark scores them with the fold models
+    assert set(CONVERSATIONS) <= _ids(root / "trained_on.json")
+    assert result.metadata["test_episodes_trained_on"] == 0 and result.metadata["test_episodes_scored"] == 1
+    assert "test/trained/questions/recall@1" in result.metrics
+    assert not [p for p in (ctx.root / "models" / ".runs").iterdir()]   # run folders and staged folds cleaned
+
+
+def test_folds_need_question_pairs_and_sources_of_emma(ctx):
+    from pipelines.errors import ConfigError
+
+    ctx.config["emma"]["retriever"]["pairs"] = ["memory_tags"]
+    with pytest.raises(ConfigError, match="add 'questions'"):
+        S.emma_retriever(ctx)
+    ctx.config["emma"]["retriever"]["pairs"] = ["questions"]
+    ctx.config["emma"]["retriever_folds"]["sources"] = ["realmem"]
+    with pytest.raises(ConfigError, match="not in emma.sources"):
+        S.emma_retriever(ctx)
