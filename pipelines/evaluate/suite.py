@@ -482,7 +482,7 @@ def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "
         "dense": {"cache_dir": cache, "batch_size": embedding_batch_size},
         "hybrid": {"cache_dir": cache, "batch_size": embedding_batch_size},
         **{name: {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache}
-           for name in ("fusion", "fusion_sessions", "fusion_time")},
+           for name in ("fusion", "fusion_sessions", "fusion_time", "fusion_keys")},
         # EMMA: memories written and linked by the trained dialogue module, retrieved by the trained retriever
         "egocentric": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue"),
                        "llm_cache_dir": llm_cache},

@@ -23,6 +23,13 @@ partner turns joined), the key LongMemEval (Wu et al., ICLR 2025, section 5) ind
 
     S(s) += w_k * z(BM25(q, session text))
 
+Key expansion (``key_expansion: llm``; LongMemEval section 5.3, fact-augmented keys: key = value + what a model
+read in it): a language model of the LLM layer (``expansion_llm``, through the response cache) writes each
+session's facts, events and preferences (:class:`~pipelines.memory.writers.LLMSummariser`); the summary joins the
+session's BM25 key and is embedded, its cosine with the question added to S with the key's weight w_k:
+
+    S(s) += w_k * (z(BM25(q, session text + summary)) + z(cos(E(q), E(summary))))
+
 A turn inherits its session's evidence with ``session_prior`` w_p (a turn of a relevant session is likelier
 evidence): f'(d) = f(d) + w_p * z(S)(session(d)). The turn ranking sorts f' (ties to the newer turn); the session
 ranking (:meth:`session_ranking`) sorts S (ties to the newer session).
@@ -40,7 +47,7 @@ forget / reset / prepare / enter to both.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -102,6 +109,9 @@ class FusionConfig(RankersConfig):
     session_top: int = 3               # m of sum_top
     session_key_weight: float = 0.0    # w_k: BM25 over the session's whole text added to its score (0: none)
     session_prior: float = 0.0         # w_p: a turn's score gains its session's calibrated score (0: none)
+    key_expansion: str = "none"        # none | llm: a model's summary of each session joins its key (w_k > 0)
+    expansion_llm: dict[str, Any] | None = None  # key_expansion: llm only: the model that writes it (as llm.reader)
+    expansion_llm_instructed: bool = True  # false: the small profile's G-Long summariser prompt (its adapter)
     time: str = "none"                 # none | rules | llm: time-aware retrieval (pipelines.memory.temporal)
     time_mode: str = "boost"           # boost | filter: sessions dated in the question's time range
     time_boost: float = 1.0            # added inside the range, decaying outside (boost; a ranker's min-max span is 1)
@@ -122,6 +132,18 @@ class FusionConfig(RankersConfig):
                 raise ConfigError(f"fusion.{name} must be a finite number >= 0, got {w!r}.")
         if self.bm25_weight == 0 and self.dense_weight == 0:
             raise ConfigError("fusion.bm25_weight and fusion.dense_weight are both 0; at least one ranker must count.")
+        if self.key_expansion not in ("none", "llm"):
+            raise ConfigError(f"fusion.key_expansion must be 'none' or 'llm', got {self.key_expansion!r}.")
+        if self.key_expansion == "llm" and not self.session_key_weight:
+            raise ConfigError("fusion.key_expansion is 'llm' but session_key_weight is 0: the expansion joins the "
+                              "session key, which counts only with a weight > 0.")
+        from pipelines.memory.writers import check_writer_llm
+
+        check_writer_llm("summariser", self.expansion_llm, "fusion.expansion_llm", self.key_expansion == "llm",
+                         why_wanted="fusion.key_expansion is 'llm'",
+                         why_unused="fusion.key_expansion is 'none': a model writes key expansions only with "
+                                    "key_expansion: llm",
+                         example="{backend: local, model: smollm2-135m-instruct}")
         if self.time not in TIME_SOURCES:
             raise ConfigError(f"fusion.time must be one of {list(TIME_SOURCES)}, got {self.time!r}.")
         if self.time_mode not in TIME_MODES:
@@ -141,9 +163,17 @@ class Fusion(RankerPair):
     config_class = FusionConfig
     ingredient = "BM25 + dense, calibrated score fusion (min-max normalised, summed)"
 
-    def __init__(self, config=None, counter=None, embedder: Embedder | None = None, time_reader=None):
+    def __init__(self, config=None, counter=None, embedder: Embedder | None = None, time_reader=None,
+                 expander=None):
         super().__init__(config, counter, embedder)
         self._time_reader = time_reader if time_reader is not None else self._build_time_reader()
+        c = self.config
+        if expander is None and c.key_expansion == "llm":
+            from pipelines.memory.writers import shared_writer
+
+            expander = shared_writer("summariser", c.expansion_llm, c.llm_cache_dir, role="fusion.expansion_llm",
+                                     instructed=c.expansion_llm_instructed)
+        self.expander = expander   # sessions -> one summary each (pipelines.memory.writers.LLMSummariser), or None
         self._last: tuple[tuple, list[str]] | None = None  # (what was asked, of which memory; its session ranking)
         self.reset()
 
@@ -162,6 +192,7 @@ class Fusion(RankerPair):
     def _empty_scope(self) -> dict:
         return {"_session_docs": {},   # session id -> BM25 tokens of its whole text (the session key)
                 "_session_time": {},   # session id -> its timestamp
+                "_expansions": {},     # session id -> (the model's summary, its request) (key_expansion: llm)
                 "_changes": 0}         # observes and forgets so far (a cached session ranking is of one state)
 
     def index_bytes(self) -> int:
@@ -170,24 +201,57 @@ class Fusion(RankerPair):
         keys = 8 * sum(len(tokens) for tokens in self._session_docs.values()) if self.config.session_key_weight else 0
         return super().index_bytes() + keys
 
+    def prepare(self, episodes: Sequence[Episode]) -> None:
+        """The rankers' batched embeddings; with ``key_expansion: llm``, every session's expansion written in one
+        batched call (the writer memoises them for ``observe``) and embedded. Nothing enters memory."""
+        super().prepare(episodes)
+        if self.expander is None:
+            return
+        summaries = self.expander([s for e in episodes for s in e.sessions if s.turns])
+        self.dense.embedder.embed([t for t in dict.fromkeys(summaries) if t.strip()])
+        if hasattr(self.expander, "log_report"):
+            self.expander.log_report()
+
     def observe(self, episode: Episode, session: Session) -> None:
         super().observe(episode, session)
         if session.turns:
-            held = [i for i in self.bm25.items if i.session_id == session.id]
-            self._session_docs[session.id] = self._key_tokens([i.indexed_text(self.config.include_speaker)
-                                                               for i in held])
+            if self.expander is not None:
+                summary = self.expander([session])[0]
+                request = self.expander.request(session) if hasattr(self.expander, "request") else None
+                self._expansions[session.id] = (summary, request)
+            self._session_docs[session.id] = self._key_tokens(self._key_texts(session.id))
             self._session_time[session.id] = session.timestamp
         self._changes += 1
 
+    def _key_texts(self, session_id: str) -> list[str]:
+        """The session key's texts: its held turns (``speaker: text``) and its expansion, when there is one."""
+        texts = [i.indexed_text(self.config.include_speaker) for i in self.bm25.items if i.session_id == session_id]
+        expansion = self._expansions.get(session_id)
+        return texts + [expansion[0]] if expansion else texts
+
     def forget(self, selector: Selector) -> int:
+        """The turns go from both rankers; a session that lost a turn loses its key expansion too (the model wrote
+        it from every turn), as does one whose expansion is about a selected speaker, and the writer forgets their
+        requests (memo and response cache); the session keys are made again of what is held."""
+        before = {i.turn_id: i.session_id for i in self.bm25.items}
         removed = super().forget(selector)
         self._changes += 1
-        if removed:  # session keys made again of the turns still held: a forgotten turn leaves its session's key
-            texts: dict[str, list[str]] = {}
-            for item in self.bm25.items:
-                texts.setdefault(item.session_id, []).append(item.indexed_text(self.config.include_speaker))
-            self._session_docs = {sid: self._key_tokens(t) for sid, t in texts.items()}
-            self._session_time = {sid: t for sid, t in self._session_time.items() if sid in texts}
+        held = {i.turn_id for i in self.bm25.items}
+        touched = {sid for tid, sid in before.items() if tid not in held}
+        stale = {sid for sid, (summary, _) in self._expansions.items()
+                 if sid in touched or sid in selector.session_ids or selector.about(text=summary)}
+        if stale:
+            requests = sorted({self._expansions[sid][1] for sid in stale if self._expansions[sid][1] is not None})
+            if requests and hasattr(self.expander, "forget"):
+                self.expander.forget(requests)
+            if self.dense.config.forget_cached:
+                kept = {summary for sid, (summary, _) in self._expansions.items() if sid not in stale}
+                self.dense.embedder.forget({self._expansions[sid][0] for sid in stale} - kept)
+            self._expansions = {sid: e for sid, e in self._expansions.items() if sid not in stale}
+        if removed or stale:  # session keys made again of what is still held
+            sessions = dict.fromkeys(i.session_id for i in self.bm25.items)
+            self._session_docs = {sid: self._key_tokens(self._key_texts(sid)) for sid in sessions}
+            self._session_time = {sid: t for sid, t in self._session_time.items() if sid in sessions}
         return removed
 
     def reset(self) -> None:
@@ -215,6 +279,14 @@ class Fusion(RankerPair):
             docs = [self._session_docs.get(sid, []) for sid in sessions]
             key = bm25_scores(docs, bm25_tokens(query.question, c.remove_stopwords), c.k1, c.b, c.epsilon)
             pooled = pooled + c.session_key_weight * calibrate(key, c.calibration)
+            if self.expander is not None:   # the expansions' cosines (a session without one: the lowest)
+                texts = [self._expansions.get(sid, ("", None))[0] for sid in sessions]
+                written = [t for t in dict.fromkeys(texts) if t.strip()]
+                if written:
+                    vectors = dict(zip(written, self.dense.embedder.embed(written)))       # text -> (D,)
+                    q = self.dense.embedder.embed([query.question])[0]                   # (D,)
+                    cos = np.asarray([float(vectors[t] @ q) if t.strip() else -1.0 for t in texts])  # (S,)
+                    pooled = pooled + c.session_key_weight * calibrate(cos, c.calibration)
         if self._time_reader is not None:
             from pipelines.memory.temporal import time_weights
 
@@ -300,3 +372,16 @@ class FusionTime(Fusion):
 
     config_class = FusionTimeConfig
     ingredient = "+ time-aware: sessions in the question's time range boosted"
+
+
+@dataclass(frozen=True)
+class FusionKeysConfig(FusionTimeConfig):
+    key_expansion: str = "llm"
+
+
+@register_strategy("fusion_keys")
+class FusionKeys(Fusion):
+    """fusion_time + key expansion: a language model's summary of each session joins its key (expansion_llm)."""
+
+    config_class = FusionKeysConfig
+    ingredient = "+ key expansion: a model's summary of each session joins its key"

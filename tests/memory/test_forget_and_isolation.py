@@ -28,6 +28,7 @@ from pipelines.memory.egocentric import (Egocentric, EgocentricConfig, Egocentri
                                          memory_keeper)
 from pipelines.memory.egocentric.strategy import _VECTORS
 from pipelines.memory.embeddings import CACHE_FILE, text_hash
+from pipelines.memory.fusion import FusionKeys, FusionKeysConfig
 
 T0 = datetime(2023, 1, 5, 10, 0)
 FORGOTTEN = re.compile(r"violin|wren|stamps|practis", re.IGNORECASE)   # in every item about Wren, in no other
@@ -128,6 +129,26 @@ def teacher(tmp_path_factory):
     return out
 
 
+class Expander:
+    """A stand-in for the LLM summariser of fusion_keys' key expansion: a session's "summary" is its lines,
+    memoised by request, forgotten on request (as the writer drops its memo and cached responses)."""
+
+    def __init__(self):
+        self.memo: dict[str, str] = {}
+
+    def request(self, session) -> str:
+        return "\n".join(f"{t.speaker}: {t.text}" for t in session.turns)
+
+    def __call__(self, sessions) -> list[str]:
+        for session in sessions:
+            request = self.request(session)
+            self.memo.setdefault(request, "In short: " + request.replace("\n", " "))
+        return [self.memo[self.request(session)] for session in sessions]
+
+    def forget(self, requests) -> int:
+        return sum(self.memo.pop(r, None) is not None for r in requests)
+
+
 @pytest.fixture(scope="module")
 def retriever_dir(tmp_path_factory):
     """A tiny random EMMA dual encoder saved as emma_retriever saves one, trained on no episode here."""
@@ -155,6 +176,8 @@ def build(teacher, retriever_dir, tmp_path):
         "fusion": lambda: build_strategy("fusion", cache_dir=cache),
         "fusion_sessions": lambda: build_strategy("fusion_sessions", cache_dir=cache),
         "fusion_time": lambda: build_strategy("fusion_time", cache_dir=cache),
+        "fusion_keys": lambda: FusionKeys(FusionKeysConfig(cache_dir=cache, expansion_llm={"backend": "local"}),
+                                          expander=Expander()),
         "trained_dense": lambda: build_strategy("trained_dense", model_path=str(retriever_dir), cache_dir=cache),
         "graph": lambda: build_strategy("graph", cache_dir=cache),
         "mdr": lambda: build_strategy("mdr", teacher=str(teacher)),
@@ -258,8 +281,8 @@ def test_forgetting_a_speaker_leaves_nothing_said_by_to_or_about_them(name, buil
     assert len(strategy) == len(strategy.retrieve(ask(PROBES[0]), max(len(strategy), 1)))
     if name != "no_history":  # the rest stays: what was said with Vivek and does not name Wren
         assert len(strategy) > 0 and any(KEPT.search(i.text) for i in items)
-    if name in ("long_context", "bm25", "dense", "hybrid", "fusion", "fusion_sessions", "fusion_time", "trained_dense",
-                "mdr"):
+    if name in ("long_context", "bm25", "dense", "hybrid", "fusion", "fusion_sessions", "fusion_time", "fusion_keys",
+                "trained_dense", "mdr"):
         # the issue's turn, said to Wren, is gone
         assert {i.turn_id for i in items} == {"f:S2:T1", "f:S2:T3"}          # f:S3:T1 ("Since you...") went
     assert cache_leaks(strategy, name, episode, tmp_path / "cache") == []       # the probes brought nothing back

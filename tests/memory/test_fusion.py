@@ -219,3 +219,69 @@ def test_index_bytes_count_the_weights_the_vectors_and_the_session_keys(fusion, 
     assert plain.dense.index_bytes() == 9 * 384 * 4                      # 9 turns of MiniLM's 384 float32
     keys = sum(len(t) for t in keyed._session_docs.values())
     assert keyed.index_bytes() == keyed.bm25.index_bytes() + keyed.dense.index_bytes() + 8 * keys
+
+
+# --- key expansion --------------------------------------------------------------------------------------------
+
+class Expander:
+    """A stand-in for the LLM summariser: each session's "summary" names a word its turns never say."""
+
+    WORDS = {"e1:S1": "veterinary", "e1:S2": "pharmacology", "e1:S3": "orchestra"}
+
+    def __init__(self):
+        self.batches, self.forgotten = [], []
+
+    def request(self, session):
+        return session.id
+
+    def __call__(self, sessions):
+        self.batches.append([s.id for s in sessions])
+        return [f"Ana talked about {self.WORDS[s.id]}." for s in sessions]
+
+    def forget(self, requests):
+        self.forgotten += list(requests)
+        return len(requests)
+
+
+def _keys(tmp_path, expander, **settings):
+    from pipelines.memory.fusion import FusionKeys, FusionKeysConfig
+
+    config = FusionKeysConfig(cache_dir=str(tmp_path / "cache"), expansion_llm={"backend": "local"}, **settings)
+    return FusionKeys(config, expander=expander)
+
+
+def test_fusion_keys_needs_its_model_and_a_session_key():
+    with pytest.raises(ConfigError, match="fusion.expansion_llm is not set"):
+        build_strategy("fusion_keys")
+    with pytest.raises(ConfigError, match="session_key_weight is 0"):
+        build_strategy("fusion_keys", session_key_weight=0.0, expansion_llm={"backend": "local"})
+    with pytest.raises(ConfigError, match="expansion_llm is set but"):
+        build_strategy("fusion", expansion_llm={"backend": "local"})
+
+
+def test_a_session_s_expansion_joins_its_key(minilm, tmp_path, episode, fill, q):
+    expander = Expander()
+    strategy = _keys(tmp_path, expander)
+    strategy.prepare([episode])
+    assert expander.batches[0] == ["e1:S1", "e1:S2", "e1:S3"]          # one batched call before the run
+    fill(strategy, episode)
+    assert "pharmacology" in strategy._session_docs["e1:S2"]
+    query = q("Who studied pharmacology?")
+    assert strategy.session_ranking(query)[0] == "e1:S2"              # only the expansion holds the word
+    plain = build_strategy("fusion_time", cache_dir=str(tmp_path / "cache"))
+    fill(plain, episode)
+    _, sessions, with_keys = strategy._scores(query)
+    _, _, without = plain._scores(query)
+    assert np.argmax(with_keys - without) == sessions.index("e1:S2")
+
+
+def test_forgetting_a_turn_drops_its_session_s_expansion_and_the_model_s_answer(minilm, tmp_path, episode, fill, q):
+    expander = Expander()
+    strategy = _keys(tmp_path, expander)
+    fill(strategy, episode)
+    strategy.forget(Selector.of(turns=["e1:S2:T2"]))       # the model wrote S2's summary from every turn of S2
+    assert expander.forgotten == ["e1:S2"]
+    assert "e1:S2" not in strategy._expansions and "pharmacology" not in strategy._session_docs["e1:S2"]
+    assert set(strategy._expansions) == {"e1:S1", "e1:S3"}
+    strategy.forget(Selector.of(speakers=["Ana"]))         # every summary names Ana
+    assert strategy._expansions == {} and sorted(expander.forgotten) == ["e1:S1", "e1:S2", "e1:S3"]
