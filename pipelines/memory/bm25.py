@@ -18,8 +18,8 @@ Scoring goes through :class:`~pipelines.memory.index.BM25Index`, a sparse term x
 precomputed term weights that gives rank_bm25 0.2.2's scores (the same equation, the same float
 operations) in O(postings) per query; its matrix is rebuilt lazily, vectorised, after the held
 turns change (observe or forget): BM25's IDF and avgdl depend on the whole corpus, so there is
-no exact incremental update. :meth:`BM25.retrieve` ranks as every turn store does (score desc,
-ties to the newer turn) with :func:`~pipelines.memory.index.top_k`, without sorting every turn.
+no exact incremental update. The turn store's ``retrieve`` ranks the scores (score desc, ties to the newer turn) with
+:func:`~pipelines.memory.index.top_k`, told that most turns score 0, without sorting every turn.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import numpy as np
 
 from pipelines.data.schema import Query
 from pipelines.errors import ConfigError
-from pipelines.memory.base import Retrieved, StrategyConfig, check_k, register_strategy
-from pipelines.memory.index import BM25Index, top_k
+from pipelines.memory.base import StrategyConfig, register_strategy
+from pipelines.memory.index import BM25Index
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
 
 WORD = re.compile(r"\w+")
@@ -110,11 +110,5 @@ class BM25(TurnStrategy):
     def _scores(self, query: Query) -> np.ndarray:
         return self._index.scores(self._tokens(query.question))  # (N,)
 
-    def retrieve(self, query: Query, k: int) -> list[Retrieved]:
-        """The turn store's ranking (score desc, ties to the newer turn), selected in O(N)."""
-        check_k(k)
-        if not self._items:
-            return []
-        scores = self._scores(query)                            # (N,) 0 where no query term occurs
-        # rows ascend in observation order (observe appends, forget keeps the order): later row = newer turn
-        return [self._items[j].retrieved(scores[j]) for j in top_k(scores, k, background=0.0)]
+    def _ranked_scores(self, query: Query, k: int) -> tuple[np.ndarray, float]:
+        return self._scores(query), 0.0                          # (N,) 0 where no query term occurs

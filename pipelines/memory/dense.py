@@ -31,10 +31,10 @@ import numpy as np
 
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
-from pipelines.memory.base import Retrieved, StrategyConfig, check_k, register_strategy
+from pipelines.memory.base import StrategyConfig, register_strategy
 from pipelines.memory.embeddings import (DEFAULT_CACHE_DIR, DEFAULT_MODEL_NAME, PRECISIONS, EmbeddingCache,
                                          Embedder, load_encoder)
-from pipelines.memory.index import DenseIndex, top_k
+from pipelines.memory.index import DenseIndex
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
 
 INDEXES = ("exact", "hnsw")
@@ -143,12 +143,6 @@ class Dense(TurnStrategy):
         q = self.embedder.embed([query.question])[0]  # (D,)
         return self._index.scores(q, k)               # (N,)
 
-    def retrieve(self, query: Query, k: int) -> list[Retrieved]:
-        """The turn store's ranking (score desc, ties to the newer turn), selected in O(N)."""
-        check_k(k)
-        if not self._items:
-            return []
-        scores = self._scores(query, k)                         # (N,) float32
-        background = -np.inf if self._index.uses_ann(k) else None
-        # rows ascend in observation order (observe appends, forget keeps the order): later row = newer turn
-        return [self._items[j].retrieved(scores[j]) for j in top_k(scores, k, background)]
+    def _ranked_scores(self, query: Query, k: int) -> tuple[np.ndarray, float | None]:
+        """Cosines (N,) float32; through the graph, -inf for the turns it did not return (most of them)."""
+        return self._scores(query, k), (-np.inf if self._index.uses_ann(k) else None)

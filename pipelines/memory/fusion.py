@@ -57,6 +57,7 @@ from pipelines.memory.base import Retrieved, Selector, check_k, register_strateg
 from pipelines.memory.bm25 import bm25_scores, bm25_tokens
 from pipelines.memory.embeddings import Embedder
 from pipelines.memory.hybrid import RankerPair, RankersConfig
+from pipelines.memory.index import top_k
 
 CALIBRATIONS = ("zscore", "minmax")
 SESSION_POOLS = ("max", "sum_top")
@@ -192,7 +193,7 @@ class Fusion(RankerPair):
     def _empty_scope(self) -> dict:
         return {"_session_docs": {},   # session id -> BM25 tokens of its whole text (the session key)
                 "_session_time": {},   # session id -> its timestamp
-                "_expansions": {},     # session id -> (the model's summary, its request) (key_expansion: llm)
+                "_expansions": {},     # session id -> (the model's summary, its request, its vector (D,) or None)
                 "_changes": 0}         # observes and forgets so far (a cached session ranking is of one state)
 
     def index_bytes(self) -> int:
@@ -218,16 +219,18 @@ class Fusion(RankerPair):
             if self.expander is not None:
                 summary = self.expander([session])[0]
                 request = self.expander.request(session) if hasattr(self.expander, "request") else None
-                self._expansions[session.id] = (summary, request)
-            self._session_docs[session.id] = self._key_tokens(self._key_texts(session.id))
+                vector = self.dense.embedder.embed([summary])[0] if summary.strip() else None   # (D,)
+                self._expansions[session.id] = (summary, request, vector)
+            held = self.bm25.items[-len(session.turns):]     # the session's turns, just appended by the store
+            self._session_docs[session.id] = self._key(session.id, [i.indexed_text(self.config.include_speaker)
+                                                                    for i in held])
             self._session_time[session.id] = session.timestamp
         self._changes += 1
 
-    def _key_texts(self, session_id: str) -> list[str]:
-        """The session key's texts: its held turns (``speaker: text``) and its expansion, when there is one."""
-        texts = [i.indexed_text(self.config.include_speaker) for i in self.bm25.items if i.session_id == session_id]
+    def _key(self, session_id: str, texts: list[str]) -> list[str]:
+        """The session key's tokens: its held turns' texts (``speaker: text``) and its expansion, if it has one."""
         expansion = self._expansions.get(session_id)
-        return texts + [expansion[0]] if expansion else texts
+        return self._key_tokens(texts + [expansion[0]] if expansion else texts)
 
     def forget(self, selector: Selector) -> int:
         """The turns go from both rankers; a session that lost a turn loses its key expansion too (the model wrote
@@ -238,20 +241,22 @@ class Fusion(RankerPair):
         self._changes += 1
         held = {i.turn_id for i in self.bm25.items}
         touched = {sid for tid, sid in before.items() if tid not in held}
-        stale = {sid for sid, (summary, _) in self._expansions.items()
+        stale = {sid for sid, (summary, _, _) in self._expansions.items()
                  if sid in touched or sid in selector.session_ids or selector.about(text=summary)}
         if stale:
             requests = sorted({self._expansions[sid][1] for sid in stale if self._expansions[sid][1] is not None})
             if requests and hasattr(self.expander, "forget"):
                 self.expander.forget(requests)
             if self.dense.config.forget_cached:
-                kept = {summary for sid, (summary, _) in self._expansions.items() if sid not in stale}
+                kept = {summary for sid, (summary, _, _) in self._expansions.items() if sid not in stale}
                 self.dense.embedder.forget({self._expansions[sid][0] for sid in stale} - kept)
             self._expansions = {sid: e for sid, e in self._expansions.items() if sid not in stale}
         if removed or stale:  # session keys made again of what is still held
-            sessions = dict.fromkeys(i.session_id for i in self.bm25.items)
-            self._session_docs = {sid: self._key_tokens(self._key_texts(sid)) for sid in sessions}
-            self._session_time = {sid: t for sid, t in self._session_time.items() if sid in sessions}
+            texts: dict[str, list[str]] = {}
+            for item in self.bm25.items:
+                texts.setdefault(item.session_id, []).append(item.indexed_text(self.config.include_speaker))
+            self._session_docs = {sid: self._key(sid, t) for sid, t in texts.items()}
+            self._session_time = {sid: t for sid, t in self._session_time.items() if sid in texts}
         return removed
 
     def reset(self) -> None:
@@ -279,14 +284,11 @@ class Fusion(RankerPair):
             docs = [self._session_docs.get(sid, []) for sid in sessions]
             key = bm25_scores(docs, bm25_tokens(query.question, c.remove_stopwords), c.k1, c.b, c.epsilon)
             pooled = pooled + c.session_key_weight * calibrate(key, c.calibration)
-            if self.expander is not None:   # the expansions' cosines (a session without one: the lowest)
-                texts = [self._expansions.get(sid, ("", None))[0] for sid in sessions]
-                written = [t for t in dict.fromkeys(texts) if t.strip()]
-                if written:
-                    vectors = dict(zip(written, self.dense.embedder.embed(written)))       # text -> (D,)
-                    q = self.dense.embedder.embed([query.question])[0]                   # (D,)
-                    cos = np.asarray([float(vectors[t] @ q) if t.strip() else -1.0 for t in texts])  # (S,)
-                    pooled = pooled + c.session_key_weight * calibrate(cos, c.calibration)
+            vectors = [self._expansions.get(sid, (None, None, None))[2] for sid in sessions]   # (D,) or None each
+            if any(v is not None for v in vectors):   # the expansions' cosines (a session without one: the lowest)
+                q = self.dense.embedder.embed([query.question])[0]                   # (D,)
+                cos = np.asarray([float(v @ q) if v is not None else -1.0 for v in vectors])   # (S,)
+                pooled = pooled + c.session_key_weight * calibrate(cos, c.calibration)
         if self._time_reader is not None:
             from pipelines.memory.temporal import time_weights
 
@@ -309,9 +311,8 @@ class Fusion(RankerPair):
             return []
         scores, sessions, pooled = self._scores(query)
         items = self.bm25.items
-        order = np.asarray([i.order for i in items])
-        keep = np.isfinite(scores)
-        ranking = [j for j in np.lexsort((-order, -scores)) if keep[j]][:k]      # score desc, then newer first
+        # score desc, then newer first (rows ascend in observation order), without the turns a filter dropped (-inf)
+        ranking = [j for j in top_k(scores, k) if np.isfinite(scores[j])]
         latest = {sid: p for p, sid in enumerate(sessions)}                       # later position = newer
         ranked = sorted((s for s, v in zip(sessions, pooled) if np.isfinite(v)),
                         key=lambda s: (-pooled[latest[s]], -latest[s]))

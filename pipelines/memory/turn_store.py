@@ -22,6 +22,7 @@ import numpy as np
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import DataError
 from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, check_k, session_participants
+from pipelines.memory.index import top_k
 
 
 @dataclass(frozen=True)
@@ -99,18 +100,23 @@ class TurnStrategy(MemoryStrategy):
         self._next_order = 0  # over every episode: an item's order is unique in the strategy
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
+        """The ``k`` best held turns: score desc, then newer first, selected in O(N) (:func:`~.index.top_k`)."""
         check_k(k)
         if not self._items:
             return []
-        scores = np.asarray(self._scores(query), dtype=np.float64)  # (N,)
-        order = np.asarray([i.order for i in self._items])          # (N,)
-        ranking = np.lexsort((-order, -scores))[:k]                 # score desc, then newer first
-        return [self._items[j].retrieved(scores[j]) for j in ranking]
+        scores, background = self._ranked_scores(query, k)          # (N,)
+        # rows ascend in observation order (observe appends, forget keeps the order): a later row is a newer turn
+        return [self._items[j].retrieved(scores[j]) for j in top_k(scores, k, background)]
 
     # --- hooks ------------------------------------------------------------------
     @abstractmethod
     def _scores(self, query: Query) -> np.ndarray:
         """One score per held turn (N,), in store order; higher is better."""
+
+    def _ranked_scores(self, query: Query, k: int) -> tuple[np.ndarray, float | None]:
+        """What :meth:`retrieve` ranks for ``k`` items: the scores (N,) and the value most of them hold, if one
+        does (a hint that speeds the selection; BM25: 0, an approximate search: -inf). Default: ``_scores``."""
+        return np.asarray(self._scores(query), dtype=np.float64), None
 
     def _on_add(self, new: list[TurnItem]) -> None:
         """New turns were appended to the store."""
