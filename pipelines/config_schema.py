@@ -142,6 +142,16 @@ class GLongStageSettings:
 
 
 @dataclass(frozen=True)
+class RerankStageSettings:
+    """params.yaml ``rerank`` keys the reranker stage reads beside its sections (pipelines/rerank/stage.py)."""
+
+    sources: list[str] | str | None = None  # datasets to learn from (pipelines.data.stage.training_sources)
+
+    def __post_init__(self) -> None:
+        _names("rerank.sources", self.sources)
+
+
+@dataclass(frozen=True)
 class EMMAStageSettings:
     """params.yaml ``emma`` keys the EMMA stages and the benchmark read beside their sections."""
 
@@ -231,6 +241,14 @@ def _emma_train(part: str) -> Base:
     return base
 
 
+def _rerank_train(config: dict, root: Path) -> dict:
+    """rerank.train goes over the TrainConfig that rerank.model derives (pipelines/rerank/stage.py)."""
+    from pipelines.rerank.cross_encoder import CrossEncoderConfig
+
+    return CrossEncoderConfig(**config.get("rerank", {}).get("model", {})).train_config(
+        root / "models" / ".runs").to_dict()
+
+
 def _strategy(name: str) -> Base:
     """A strategy's settings go over the project's defaults for it (pipelines.evaluate.suite.strategy_defaults)."""
     def base(config: dict, root: Path) -> dict:
@@ -249,6 +267,8 @@ def declared() -> Section:
     from pipelines.emma.dialogue import EMMADialogueConfig
     from pipelines.emma.formats import FormatConfig
     from pipelines.emma.retriever import RetrieverConfig, RetrieverFolds
+    from pipelines.rerank.cross_encoder import CrossEncoderConfig
+    from pipelines.training.folds import Folds
     from pipelines.glong.config import ExtractorTrainConfig, SummariserTrainConfig
     from pipelines.llm.config import LLMConfig
     from pipelines.mdr.config import MDRConfig
@@ -276,7 +296,10 @@ def declared() -> Section:
             "formats": Section((FormatConfig,)),
             "dialogue": Section((EMMADialogueConfig,)), "dialogue_train": train(_emma_train("dialogue")),
             "retriever": Section((RetrieverConfig,)), "retriever_train": train(_emma_train("retriever")),
-            "retriever_folds": Section((RetrieverFolds,))}),
+            "retriever_folds": Section((RetrieverFolds,), internal=("where",))}),
+        "rerank": Section((RerankStageSettings,), sections={
+            "model": Section((CrossEncoderConfig,)), "train": train(_rerank_train),
+            "folds": Section((Folds,), internal=("where",))}),
     })
 
 

@@ -18,6 +18,7 @@ from pipelines.data import stage as _data_stages  # noqa: F401
 from pipelines.mdr import stage as _mdr_stages  # noqa: F401
 from pipelines.emma import stage as _emma_stages  # noqa: F401
 from pipelines.glong import stage as _glong_stages  # noqa: F401
+from pipelines.rerank import stage as _rerank_stages  # noqa: F401
 from pipelines.evaluate import stage as _evaluate_stages  # noqa: F401
 from pipelines.registry import Stage, registered
 

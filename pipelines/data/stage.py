@@ -70,6 +70,11 @@ def training_split(ctx, name: str, split: str) -> list[tuple[Path, list]]:
     return out
 
 
+def training_episodes(ctx, name: str, split: str) -> list:
+    """The episodes of ``split`` from every source of ``<name>.sources`` (:func:`training_split`), in order."""
+    return [episode for _, episodes in training_split(ctx, name, split) for episode in episodes]
+
+
 def _rule_specs() -> list[CheckSpec]:
     from pipelines.validate import RULES
 

@@ -62,7 +62,6 @@ are cut from the left, keeping the latest turns (``context_truncation``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -79,9 +78,10 @@ from pipelines.emma.formats import EpisodeView, FormatConfig
 from pipelines.errors import ConfigError
 from pipelines.models.minilm import minilm_path
 from pipelines.training.config import Tokens
+from pipelines.training.folds import (TRAINED_ON, Folds, assign_folds, read_trained_on,  # noqa: F401 (re-exported)
+                                     validation_ids, write_trained_on)
 
 CONFIG_FILE = "retriever.json"
-TRAINED_ON = "trained_on.json"   # in every saved retriever's folder: the episodes that shaped its weights
 PAIRS = ("memory_tags", "questions", "session_questions")  # the kinds of training examples (RetrieverConfig.pairs)
 
 
@@ -433,70 +433,9 @@ def examples_of(kind: str, episodes: Sequence[Episode], fmt: FormatConfig | None
 
 
 # --- folds: every conversation of a one-split dataset scored by a model that never saw it -----------------------
+# (pipelines.training.folds, shared with the reranker stage; ``emma.retriever_folds`` is a Folds)
 
-@dataclass(frozen=True)
-class RetrieverFolds:
-    """params.yaml ``emma.retriever_folds`` (absent: no folds): k-fold training over some datasets' episodes."""
-
-    k: int = 5                          # folds; each of them is held out by one model trained on the others
-    sources: tuple[str, ...] = ("locomo",)  # datasets of emma.sources cut into folds, whatever their published split
-    valid_share: float = 0.1            # share of a model's fold episodes kept for validation (early stopping);
-                                        # at least one episode when there are two or more
-
-    def __post_init__(self) -> None:
-        sources = (self.sources,) if isinstance(self.sources, str) else tuple(self.sources)
-        object.__setattr__(self, "sources", sources)
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 2:
-            raise ConfigError(f"emma.retriever_folds.k must be an integer >= 2 (one fold held out, the others "
-                              f"trained on), got {self.k!r}.")
-        if not sources or not all(isinstance(s, str) and s for s in sources):
-            raise ConfigError(f"emma.retriever_folds.sources must list datasets of emma.sources, got {self.sources!r}.")
-        if not 0.0 <= self.valid_share < 1.0:
-            raise ConfigError(f"emma.retriever_folds.valid_share must lie in [0, 1), got {self.valid_share!r}.")
-
-
-def _rank(ids: Iterable[str], salt: str) -> list[str]:
-    """``ids`` in a stable pseudo-random order: by sha256 of salt + id (the same on every machine and run)."""
-    return sorted(dict.fromkeys(ids), key=lambda i: hashlib.sha256(f"{salt}:{i}".encode()).hexdigest())
-
-
-def assign_folds(ids: Iterable[str], k: int) -> dict[str, int]:
-    """Episode id -> fold in [0, k): ids ranked by sha256, dealt round-robin, so folds differ in size by at most
-    one (LoCoMo's 10 conversations, k = 5: two each) and a fold depends on the ids only, not on file order."""
-    ranked = _rank(ids, "emma-retriever-fold")
-    if len(ranked) < k:
-        raise ConfigError(f"emma.retriever_folds.k = {k} but the fold datasets hold {len(ranked)} episodes: "
-                          f"every fold needs one.")
-    return {eid: n % k for n, eid in enumerate(ranked)}
-
-
-def validation_ids(ids: Iterable[str], share: float) -> set[str]:
-    """The ``share`` of ``ids`` (rounded; at least one of two or more when share > 0, never all) a model
-    validates on instead of training on, chosen by sha256 rank."""
-    ranked = _rank(ids, "emma-retriever-valid")
-    n = min(max(round(share * len(ranked)), 1 if share > 0 else 0), max(len(ranked) - 1, 0))
-    return set(ranked[:n])
-
-
-def write_trained_on(directory: str | os.PathLike, train: Iterable[Episode], valid: Iterable[Episode],
-                     **extra) -> Path:
-    """``trained_on.json`` in a saved retriever's folder: ``episodes`` = every episode that shaped the weights
-    (trained on, or chose the early-stopping step), also split into ``train`` and ``valid``; a strategy using the
-    model refuses to score them (pipelines.memory.trained_dense)."""
-    train_ids, valid_ids = sorted({e.id for e in train}), sorted({e.id for e in valid})
-    path = Path(directory) / TRAINED_ON
-    body = {"episodes": sorted({*train_ids, *valid_ids}), "train": train_ids, "valid": valid_ids, **extra}
-    path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
-    return path
-
-
-def read_trained_on(directory: str | os.PathLike) -> set[str]:
-    """The episode ids a saved retriever trained on (``trained_on.json``); ConfigError when it has none."""
-    path = Path(directory) / TRAINED_ON
-    if not path.exists():
-        raise ConfigError(f"{directory} has no {TRAINED_ON}: it cannot tell which episodes it trained on, so no "
-                          f"episode can be scored with it honestly; train it again with the emma_retriever stage.")
-    return set(json.loads(path.read_text(encoding="utf-8"))["episodes"])
+RetrieverFolds = Folds
 
 
 @torch.no_grad()

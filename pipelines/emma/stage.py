@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from pipelines.data.stage import training_inputs, training_split
+from pipelines.data.stage import training_episodes, training_inputs, training_split
 from pipelines.registry import StageResult, stage
 
 EXAMPLES = "data/tasks/emma"
@@ -25,7 +25,7 @@ RETRIEVER_EVAL = "retriever_eval.json"
 
 def _episodes(ctx, split: str) -> list:
     """The episodes of ``split`` from every dataset of params.yaml ``emma.sources`` (default: synthetic)."""
-    return [episode for _, episodes in training_split(ctx, "emma", split) for episode in episodes]
+    return training_episodes(ctx, "emma", split)
 
 
 def _make(cls, section: dict | None):
@@ -126,8 +126,9 @@ def emma_retriever(ctx) -> StageResult:
     of ``emma.retriever.pairs``; Recall@1 and MRR of the untrained and the trained encoder on the test split's
     episodes it did not train on. With ``emma.retriever_folds``, one more model per fold (see
     :func:`_train_folds`). Every saved model lists the episodes it trained on (``trained_on.json``)."""
-    from pipelines.emma.retriever import DualEncoder, RetrieverConfig, RetrieverTask, write_trained_on
+    from pipelines.emma.retriever import DualEncoder, RetrieverConfig, RetrieverTask
     from pipelines.runner import is_rank_zero
+    from pipelines.training.folds import fold_plan, publish_folds, write_trained_on
     from pipelines.training.stage import run_dir, train_stage
 
     cfg = _make(RetrieverConfig, ctx.config["emma"].get("retriever"))
@@ -137,7 +138,7 @@ def emma_retriever(ctx) -> StageResult:
         train, valid, test = (_episodes(ctx, split) for split in ("train", "valid", "test"))
         plan = None
     else:
-        plan = _fold_plan(ctx, folds)
+        plan = fold_plan(ctx, "emma", folds)
         train, valid, test = plan["train"], plan["valid"], plan["test"]
         fold_scores = _train_folds(ctx, cfg, plan, folder)
     task = RetrieverTask(cfg, train, valid)
@@ -150,7 +151,7 @@ def emma_retriever(ctx) -> StageResult:
     write_trained_on(ctx.path(RETRIEVER), train, valid)
     result.metadata.update({f"examples_{kind}": n for kind, n in task.counts.items()})
     if plan is not None:
-        _publish_folds(ctx, plan, folder, fold_scores, result)
+        publish_folds(ctx, plan, folder, fold_scores, result, RETRIEVER)
     seen = {e.id for e in (*train, *valid)}
     unseen = [e for e in test if e.id not in seen]          # never score an episode the model trained on
     result.metadata["test_episodes_scored"] = len(unseen)
@@ -179,22 +180,21 @@ def _scores(model, cfg, episodes) -> dict[str, float]:
     return out
 
 
-# --- emma.retriever_folds ------------------------------------------------------------------------------------------
+# --- emma.retriever_folds (pipelines.training.folds) --------------------------------------------------------------
 
 FOLDS = f"{RETRIEVER}/folds"
-FOLDS_MANIFEST = "folds.json"
 
 
 def _fold_config(ctx, cfg):
     """params.yaml ``emma.retriever_folds`` (None when absent), checked against emma.sources and the pairs."""
     from pipelines.data.stage import training_sources
-    from pipelines.emma.retriever import RetrieverFolds
     from pipelines.errors import ConfigError
+    from pipelines.training.folds import Folds
 
     section = ctx.config["emma"].get("retriever_folds")
     if not section:
         return None
-    folds = _make(RetrieverFolds, section)
+    folds = _make(Folds, section)
     sources = training_sources(ctx.config.get("emma"), "emma")
     outside = [s for s in folds.sources if s not in sources]
     if outside:
@@ -206,122 +206,15 @@ def _fold_config(ctx, cfg):
     return folds
 
 
-def _fold_plan(ctx, folds) -> dict:
-    """Who trains on what. The fold datasets' episodes (every split) are dealt into ``k`` folds
-    (:func:`~pipelines.emma.retriever.assign_folds`); the other datasets keep their splits. Fold i's model trains
-    on the other datasets' train split and the other folds' episodes, less ``valid_share`` of those, which it
-    validates on with the other datasets' valid split. The main model trains the same way on every fold (so the
-    benchmark scores a fold dataset's conversation with the fold model that held it out, never with the main
-    model); the main model's test episodes are the other datasets' test split."""
-    from pipelines.emma.retriever import assign_folds, validation_ids
-    from pipelines.errors import ConfigError
-
-    parts = {}
-    for split in ("train", "valid", "test"):
-        try:
-            parts[split] = training_split(ctx, "emma", split)
-        except ConfigError:             # only the fold datasets have episodes: they are the training data
-            parts[split] = []
-    own = {split: [e for path, eps in read if path.parent.name not in folds.sources for e in eps]
-           for split, read in parts.items()}
-    pooled = {e.id: e for read in parts.values() for path, eps in read if path.parent.name in folds.sources
-              for e in eps}
-    fold_of = assign_folds(pooled, folds.k)
-    plans = []
-    for i in range(folds.k):
-        others = [eid for eid in pooled if fold_of[eid] != i]
-        held = validation_ids(others, folds.valid_share)
-        plans.append({"held_out": [pooled[e] for e in pooled if fold_of[e] == i],
-                      "train": own["train"] + [pooled[e] for e in others if e not in held],
-                      "valid": own["valid"] + [pooled[e] for e in others if e in held]})
-    held = validation_ids(pooled, folds.valid_share)
-    return {"folds": plans, "config": folds, "test": own["test"],
-            "train": own["train"] + [e for eid, e in pooled.items() if eid not in held],
-            "valid": own["valid"] + [e for eid, e in pooled.items() if eid in held]}
-
-
-class _FoldTracker:
-    """The stage's tracker as one fold's training sees it: metrics prefixed ``fold-<i>/``, the model card under
-    ``folds/fold-<i>``, and no registered model version (the registry holds the main model only)."""
-
-    def __init__(self, tracker, fold: int):
-        self._tracker, self._prefix = tracker, f"fold-{fold}/"
-
-    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
-        self._tracker.log_metrics({f"{self._prefix}{k}": v for k, v in metrics.items()}, step=step)
-
-    def log_model_card(self, text: str, artifact_path: str = "model") -> None:
-        self._tracker.log_model_card(text, artifact_path=f"folds/{self._prefix.rstrip('/')}")
-
-    def register_model(self, path, name: str, description: str = "") -> None:
-        return None
-
-    def __getattr__(self, name: str):
-        return getattr(self._tracker, name)
-
-
 def _train_folds(ctx, cfg, plan: dict, folder) -> list[dict] | None:
-    """Train one retriever per fold, each in its own run folder (``<run>-fold-<i>``: a killed run resumes from its
-    checkpoints), into ``<run>-folds/fold-<i>`` until the main model is trained too (a fold already there is not
-    trained again); returns (rank 0) each fold's Recall@1 / MRR on its held-out episodes, trained and untrained."""
-    import dataclasses
+    """One retriever per fold (:func:`pipelines.training.folds.train_folds`), scored by Recall@1 / MRR on the
+    episodes it held out, trained and untrained."""
+    from pipelines.emma.retriever import DualEncoder, RetrieverTask
+    from pipelines.training.folds import train_folds
 
-    from pipelines.emma.retriever import DualEncoder, RetrieverTask, write_trained_on
-    from pipelines.runner import is_rank_zero
-    from pipelines.training.stage import train_stage
-
-    staged = folder.with_name(f"{folder.name}-folds")
-    scores = []
-    for i, fold in enumerate(plan["folds"]):
-        out = staged / f"fold-{i}"
-        if not (out / "trained_on.json").exists():
-            task = RetrieverTask(cfg, fold["train"], fold["valid"])
-            knobs = cfg.train_config(folder).to_dict()
-            knobs.pop("output_dir")
-            knobs.update(ctx.config["emma"].get("retriever_train", {}))
-            knobs["model_name"] = f"mnemos-{ctx.stage.name}-fold-{i}"
-            tracker = _FoldTracker(ctx.tracker, i) if ctx.tracker is not None else None
-            train_stage(dataclasses.replace(ctx, tracker=tracker), task, knobs, str(out.relative_to(ctx.root)),
-                        folder=folder.with_name(f"{folder.name}-fold-{i}"))
-            if is_rank_zero():
-                write_trained_on(out, fold["train"], fold["valid"], held_out=sorted(e.id for e in fold["held_out"]))
-        if is_rank_zero():
-            scores.append({"trained": _scores(DualEncoder.load(out), cfg, fold["held_out"]),
-                           "untrained": _scores(DualEncoder.from_pretrained(cfg), cfg, fold["held_out"])})
-    return scores if is_rank_zero() else None
-
-
-def _publish_folds(ctx, plan: dict, folder, scores: list[dict], result: StageResult) -> None:
-    """Move the fold models under models/emma_retriever/folds/, write the manifest ``folds.json`` (per fold: its
-    folder, held-out, trained and validation episode ids) and log each fold's scores, and their pooled mean
-    (weighted by questions), to the stage result (``folds/fold-<i>/<which>/<kind>/recall@1`` ...)."""
-    import shutil
-
-    staged = folder.with_name(f"{folder.name}-folds")
-    out = ctx.path(FOLDS)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = plan["config"]
-    manifest = {"k": cfg.k, "sources": list(cfg.sources), "valid_share": cfg.valid_share,
-                "assignment": "episode ids ranked by sha256, dealt round-robin (pipelines.emma.retriever.assign_folds)",
-                "folds": []}
-    for i, fold in enumerate(plan["folds"]):
-        shutil.rmtree(out / f"fold-{i}", ignore_errors=True)
-        shutil.move(str(staged / f"fold-{i}"), str(out / f"fold-{i}"))
-        manifest["folds"].append({"fold": i, "path": f"fold-{i}", "held_out": sorted(e.id for e in fold["held_out"]),
-                                  "trained_on": sorted(e.id for e in fold["train"]),
-                                  "valid": sorted(e.id for e in fold["valid"]), "scores": scores[i]})
-    shutil.rmtree(staged, ignore_errors=True)
-    (out / FOLDS_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    for i, fold_scores in enumerate(scores):
-        for which, values in fold_scores.items():
-            result.metrics.update({f"folds/fold-{i}/{which}/{k}": float(v) for k, v in values.items()})
-    for which in ("trained", "untrained"):
-        for key in {k for s in scores for k in s[which] if k.endswith("queries")}:
-            prefix = key.removesuffix("queries")
-            n = sum(s[which][key] for s in scores)
-            result.metrics[f"folds/{which}/{key}"] = float(n)
-            for metric in ("recall@1", "mrr"):
-                pooled = sum(s[which][prefix + metric] * s[which][key] for s in scores) / n if n else 0.0
-                result.metrics[f"folds/{which}/{prefix}{metric}"] = pooled
-                result.metadata[f"folds_{which}_{prefix}{metric}"] = pooled
-    result.metadata["folds_manifest"] = str(out / FOLDS_MANIFEST)
+    knobs = cfg.train_config(folder).to_dict()
+    knobs.pop("output_dir")
+    knobs.update(ctx.config["emma"].get("retriever_train", {}))
+    return train_folds(ctx, plan, folder, lambda train, valid: RetrieverTask(cfg, train, valid), knobs,
+                       lambda path, held_out: _scores(DualEncoder.load(path) if path is not None
+                                                      else DualEncoder.from_pretrained(cfg), cfg, held_out))

@@ -165,6 +165,9 @@ class ProtocolResult:
     # strategy wrote (a graph's triplets, EMMA's memories, a store's turns)
     memory: list[tuple[str, int, int]] = field(default_factory=list)
     index_bytes: list[int] = field(default_factory=list)  # per episode whose strategy measures it: its index's bytes
+    # the language-model writers this run called (pipelines.memory.writers): role, model, and what THIS run cost
+    # and wrote (requests, cache hits, tokens, seconds; the extractor's utterances, triplets and parse counts)
+    writers: list[dict[str, Any]] = field(default_factory=list)
     _aggregate: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def exclusion_counts(self) -> dict[str, int]:
@@ -388,6 +391,7 @@ def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], Memor
         build = strategy
         label = name or getattr(strategy, "name", None) or "strategy"
     episodes = list(episodes)
+    writers_before = _writer_counts()
     if episodes:
         build().prepare(episodes)  # batched pure precomputation (embeddings); memory stays empty
     scores: list[QueryScore] = []
@@ -404,7 +408,33 @@ def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], Memor
         size = memory_of_episode.index_bytes()
         if size is not None:
             index_bytes.append(size)
-    return ProtocolResult(label, len(episodes), scores, excluded, contexts, memory, index_bytes)
+    return ProtocolResult(label, len(episodes), scores, excluded, contexts, memory, index_bytes,
+                          writers=_writer_delta(writers_before, _writer_counts()))
+
+
+def _writer_counts() -> dict[tuple[str, str], dict[str, Any]]:
+    """(role, model) -> the report of each language-model writer of the process (cumulative counts)."""
+    from pipelines.memory.writers import writer_reports
+
+    return {(r["role"], r["model"]): r for r in writer_reports()}
+
+
+def _writer_delta(before: dict, after: dict) -> list[dict[str, Any]]:
+    """What each writer did between two :func:`_writer_counts` (numbers subtracted, nested counts too); the writers
+    that did nothing are left out."""
+    def minus(new: Any, old: Any) -> Any:
+        if isinstance(new, dict):
+            return {k: minus(v, (old or {}).get(k) if isinstance(old, dict) else None) for k, v in new.items()}
+        if isinstance(new, (int, float)) and not isinstance(new, bool):
+            return new - (old if isinstance(old, (int, float)) and not isinstance(old, bool) else 0)
+        return new
+
+    out = []
+    for key, report in after.items():
+        delta = minus(report, before.get(key))
+        if delta.get("calls", 0) or delta.get("utterances", 0):
+            out.append(delta)
+    return out
 
 
 def _group(scores: Sequence[QueryScore]) -> dict[str, Any]:

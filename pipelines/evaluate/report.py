@@ -371,6 +371,10 @@ class SuiteRun:
                 out[name] = flat_metrics(self.results[name].aggregate()["overall"])
             elif name in self.missing:
                 out[name] = {"missing": self.missing[name]}
+        for row, figures in writer_rows(self).items():     # "writer/<role>/<figure>" beside its strategy's metrics
+            name, role = row.split(": ", 1)
+            role = role.rsplit(" (", 1)[0]
+            out[name].update({f"writer/{role}/{k.replace(' ', '_')}": v for k, v in figures.items()})
         for name in dict.fromkeys([*self.generation, *self.generation_missing]):
             out[f"{name}_generation"] = (flat_generation_metrics(self.generation[name]) if name in self.generation
                                          else {"missing": self.generation_missing[name]})
@@ -390,6 +394,42 @@ class SuiteRun:
         session), for the strategies that keep something."""
         return {name: r.memory_written() for name, r in self.results.items()
                 if r.memory and name not in EMPTY_BY_DESIGN}
+
+
+WRITER_COLUMNS = {"calls": "requests", "hits": "cache hits", "misses": "asked", "prompt_tokens": "prompt tokens",
+                  "completion_tokens": "completion tokens", "seconds": "seconds", "truncated": "cut to window",
+                  "utterances": "utterances", "triplets": "triplets", "parse/valid": "parsed",
+                  "parse/repaired": "repaired", "parse/dropped": "unparseable"}
+
+
+def writer_rows(run: "SuiteRun") -> dict[str, dict[str, float]]:
+    """``"<strategy>: <role> (<model>)"`` -> the figures of :data:`WRITER_COLUMNS` of each language-model writer a
+    strategy of the suite called (:attr:`ProtocolResult.writers`: this suite's calls only)."""
+    rows = {}
+    for name, result in run.results.items():
+        for w in result.writers:
+            flat = {**{k: v for k, v in w.items() if not isinstance(v, dict)},
+                    **{f"{k}/{kk}": vv for k, v in w.items() if isinstance(v, dict) for kk, vv in v.items()}}
+            rows[f"{name}: {w['role']} ({w['model']})"] = {label: float(flat[key]) for key, label in
+                                                          WRITER_COLUMNS.items() if isinstance(flat.get(key),
+                                                                                               (int, float))}
+    return rows
+
+
+def writers_markdown(run: "SuiteRun") -> list[str]:
+    """The "Language-model writers" part of a suite's section (empty when no strategy called one)."""
+    rows = writer_rows(run)
+    if not rows:
+        return []
+    columns = [c for c in WRITER_COLUMNS.values() if any(c in r for r in rows.values())]
+    return ["### Language-model writers", "",
+            markdown_table(rows, columns, ranked=(), row_label="strategy: writer (model)",
+                           decimals={c: (1 if c == "seconds" else 0) for c in columns}), "",
+            "What each memory writer of the LLM layer (pipelines/memory/writers.py) did in this suite: requests, "
+            "those answered from the response cache, prompt and completion tokens, wall seconds of the calls, "
+            "prompts cut to the model's window; G-Long's extractor: utterances read, triplets written, and how its "
+            "answers parsed (parsed: a well-formed JSON list; repaired: read after a fix; unparseable: no triplet).",
+            ""]
 
 
 def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
@@ -699,6 +739,7 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny", answers: AnswerRun | N
                   "Items each memory held after the last session of every episode, summed over the episodes: "
                   "turns of a store, memories written by EMMA's summariser, triplets written by G-Long's "
                   "extractor, summaries.", ""]
+    lines += writers_markdown(run)
     lines += ["### Retrieval", "", main if main else "No strategy could run.", ""]
     ablation = ablation_markdown(run)
     if ablation:

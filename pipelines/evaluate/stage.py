@@ -17,6 +17,7 @@ from pipelines.glong.stage import EVAL_FILE as GLONG_EVAL
 from pipelines.glong.stage import EXTRACTOR as GLONG_EXTRACTOR
 from pipelines.glong.stage import IMPORTANCE as GLONG_IMPORTANCE
 from pipelines.registry import StageResult, stage
+from pipelines.rerank.stage import RERANKER
 
 REPORT = "reports/benchmark.md"
 METRICS = "reports/metrics.json"
@@ -25,7 +26,7 @@ QUERIES = "reports/queries.jsonl"
 PLOTS = "reports/plots"
 LLM_CACHE = ".cache/llm"  # the reader's and judge's response cache (and the converted local model), undeclared
 TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER, "emma_dialogue": EMMA_DIALOGUE,
-           "glong_importance": GLONG_IMPORTANCE, "glong_extractor": GLONG_EXTRACTOR}
+           "glong_importance": GLONG_IMPORTANCE, "glong_extractor": GLONG_EXTRACTOR, "reranker": RERANKER}
 
 
 def _suites() -> list[str]:
@@ -60,9 +61,9 @@ def _first_suite() -> str:
     return _suites()[0]
 
 
-@stage(name="benchmark", group="evaluate", params=("benchmark", "synthetic", "mdr", "glong", "emma", "llm"),
+@stage(name="benchmark", group="evaluate", params=("benchmark", "synthetic", "mdr", "glong", "emma", "llm", "rerank"),
        inputs=(*_suite_inputs(), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
-               EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER),
+               EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER, RERANKER),
        outputs=(REPORT, METRICS, HEADLINE, QUERIES, PLOTS),
        metrics=(HEADLINE,),
        plots=(_recall_plot(), f"{PLOTS}/{_first_suite()}/recall_at_k.png",
@@ -396,6 +397,41 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
 EMMA_WRITING_EXAMPLES = 24   # summarise inputs per dataset, and link inputs, scored in the EMMA section
 
 
+def _writing_judge(ctx):
+    """The configured ``llm.judge`` (None when it is null: the summaries are then scored by ROUGE-L only; the
+    reader does not stand in for a judge here, as a small reader's verdicts on its own kind of text say little)."""
+    llm = ctx.config.get("llm") or {}
+    if not llm.get("judge"):
+        return None
+    from pipelines.evaluate.answers.run import AnswerLLMs
+
+    return AnswerLLMs(llm, ctx.path(LLM_CACHE)).judge
+
+
+def _judge_summaries(judge, targets: list[str], written: list[str]) -> dict[str, float]:
+    """RealMem's memory recall (``realmem_memory_recall``: the share of ground-truth memories whose meaning the
+    retrieved memory holds) of each written summary against its target, both split at [SEP] into memories; a
+    target of [NONE] is not judged. Returns the mean recall over parsed verdicts and the unparseable count."""
+    from pipelines.emma.formats import parse_summary
+    from pipelines.evaluate.answers.judges import RealMemMemoryJudge, run_judges
+    from pipelines.evaluate.answers.types import AnswerItem, AnswerRecord
+
+    recall = RealMemMemoryJudge("realmem_memory_recall", "memory_recall", 1.0)
+    records = []
+    for n, (target, summary) in enumerate(zip(targets, written)):
+        gold, said = parse_summary(target), parse_summary(summary)
+        if not gold:
+            continue
+        item = AnswerItem(suite="emma_writing", reader="emma_summariser", setting="summary", episode_id="",
+                          query_id=f"summary-{n}", question="What should be remembered from this session?",
+                          reference="", context="\n".join(said) or "(nothing)", context_tokens=0,
+                          evidence=tuple(gold))
+        records.append(AnswerRecord(item=item, answer=""))
+    run_judges([recall], records, judge)
+    summary = recall.summary([r.verdicts[recall.name] for r in records if recall.name in r.verdicts])
+    return {"judge recall": summary.get("score", 0.0), "judge unparseable": float(summary["unparseable"])}
+
+
 def _emma_memory_writing(ctx, split: str, dialogue, config) -> tuple[list[str], dict[str, float]]:
     """The dialogue module's memory writing on the split's summarise and link examples (emma_examples), as the
     egocentric strategy asks it (its ``max_new_tokens`` / ``link_max_new_tokens``): ROUGE-L of each summary
@@ -417,6 +453,7 @@ def _emma_memory_writing(ctx, split: str, dialogue, config) -> tuple[list[str], 
     for ex in examples:
         if ex.task == "summarize":
             by_dataset.setdefault(dataset.get(ex.episode_id, "?"), []).append(ex)
+    judge = _writing_judge(ctx) if by_dataset else None
     for name, items in sorted(by_dataset.items()):
         items = evenly_spaced(items, EMMA_WRITING_EXAMPLES)
         written = dialogue([ex.source for ex in items], config.max_new_tokens)
@@ -424,6 +461,10 @@ def _emma_memory_writing(ctx, split: str, dialogue, config) -> tuple[list[str], 
         score = rouge_l(written, [ex.target for ex in items])
         rows[f"summarise: {name} ({what})"] = {"examples": float(len(items)), "rouge-l": score}
         metrics.update({f"writing/summarize/{name}/rouge-l": score, f"writing/summarize/{name}/examples": len(items)})
+        if judge is not None:
+            recall = _judge_summaries(judge, [ex.target for ex in items], written)
+            rows[f"summarise: {name} ({what})"].update(recall)
+            metrics.update({f"writing/summarize/{name}/{k.replace(' ', '_')}": v for k, v in recall.items()})
         samples.append(f"| {name} | {items[0].target} | {written[0]} |".replace("\n", " "))
     links = evenly_spaced([ex for ex in examples if ex.task == "link"], EMMA_WRITING_EXAMPLES)
     if links:
@@ -439,14 +480,21 @@ def _emma_memory_writing(ctx, split: str, dialogue, config) -> tuple[list[str], 
         return [], {}
     from pipelines.evaluate.report import markdown_table
 
-    columns = ["examples", "rouge-l", "accuracy", "positive recall", "positive share (gold)"]
+    if judge is not None:
+        judge.close()
+    columns = ["examples", "rouge-l", "judge recall", "judge unparseable", "accuracy", "positive recall",
+               "positive share (gold)"]
     lines = ["### Memory writing (summarise and link)", "",
              f"The dialogue module's summaries of the {split} split's sessions against their targets (the dataset's "
              "memories of the speaker; LoCoMo's observations of the session) and its link answers against the gold "
              f"links, asked as the egocentric strategy asks them (at most {config.max_new_tokens} and "
              f"{config.link_max_new_tokens} new tokens, greedy); at most {EMMA_WRITING_EXAMPLES} examples of each, "
-             "evenly spaced. ROUGE-L on 0-100 (rouge-score, stemmed).", "",
+             "evenly spaced. ROUGE-L on 0-100 (rouge-score, stemmed). " + (
+                 "judge recall: the share of the target's memories the summary states, read by llm.judge with "
+                 "RealMem's memory-recall prompt (each target memory and each written one a numbered item; "
+                 "mean over the parsed verdicts, unparseable ones counted)." if judge is not None else
+                 "No judge reads them (llm.judge is null: set it to a model to add RealMem's memory recall)."), "",
              markdown_table(rows, columns, ranked=(), row_label="task",
-                            decimals={"examples": 0, "rouge-l": 2}), "",
+                            decimals={"examples": 0, "rouge-l": 2, "judge unparseable": 0}), "",
              "| dataset | target | summary written |", "| --- | --- | --- |", *samples, ""]
     return lines, metrics

@@ -483,6 +483,9 @@ def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "
         "hybrid": {"cache_dir": cache, "batch_size": embedding_batch_size},
         **{name: {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache}
            for name in ("fusion", "fusion_sessions", "fusion_time", "fusion_keys")},
+        # the cross-encoder of the reranker stage over fusion_time's top turns
+        "rerank": {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache,
+                   "reranker_path": str(models / "reranker")},
         # EMMA: memories written and linked by the trained dialogue module, retrieved by the trained retriever
         "egocentric": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue"),
                        "llm_cache_dir": llm_cache},

@@ -10,6 +10,7 @@ from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
 
 # Strategy modules, imported for their @register_strategy side effect (heavy imports stay lazy).
 from pipelines.memory import no_history, long_context, bm25, dense, hybrid, fusion, session_summary, trained_dense  # noqa: E402,F401
+from pipelines.memory import rerank  # noqa: E402,F401
 from pipelines.memory import graph, egocentric, mdr  # noqa: E402,F401
 
 __all__ = ["GRANULARITIES", "STRATEGIES", "MemoryStrategy", "Retrieved", "Selector", "StrategyConfig",

@@ -24,7 +24,6 @@ same text), as ``dense`` does.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -36,8 +35,8 @@ from pipelines.errors import ConfigError
 from pipelines.memory.base import StrategyConfig, register_strategy
 from pipelines.memory.embeddings import EmbeddingCache, text_hash
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
+from pipelines.training.folds import HeldOutModels
 
-FOLDS_DIR, FOLDS_MANIFEST = "folds", "folds.json"   # as pipelines.emma.stage writes them
 
 
 @dataclass(frozen=True)
@@ -55,44 +54,10 @@ class TrainedDenseConfig(StrategyConfig):
             raise ConfigError(f"trained_dense.batch_size must be a positive integer, got {self.batch_size!r}.")
 
 
-@dataclass(frozen=True)
-class _Saved:
-    """One saved retriever: its folder, the episodes it trained on, those it held out (folds only)."""
+def _held_out(model_path) -> HeldOutModels:
+    from pipelines.emma.retriever import CONFIG_FILE
 
-    path: Path
-    trained_on: frozenset[str]
-    held_out: frozenset[str] | None = None   # None: the main model (it holds out whatever it did not train on)
-
-    def may_score(self, episode_id: str) -> bool:
-        return episode_id not in self.trained_on and (self.held_out is None or episode_id in self.held_out)
-
-
-def saved_models(model_path: str | Path) -> list[_Saved]:
-    """The main model at ``model_path`` and its fold models (``folds/folds.json``), in the order they are tried."""
-    from pipelines.emma.retriever import CONFIG_FILE, read_trained_on
-
-    root = Path(model_path)
-    if not (root / CONFIG_FILE).exists():
-        raise ConfigError(f"trained_dense.model_path {str(root)!r} is not a saved EMMA retriever (no {CONFIG_FILE}): "
-                          f"run the emma_retriever stage.")
-    models = [_Saved(root, frozenset(read_trained_on(root)))]
-    manifest = root / FOLDS_DIR / FOLDS_MANIFEST
-    if manifest.exists():
-        for fold in json.loads(manifest.read_text(encoding="utf-8"))["folds"]:
-            path = root / FOLDS_DIR / fold["path"]
-            models.append(_Saved(path, frozenset(read_trained_on(path)), frozenset(fold["held_out"])))
-    return models
-
-
-def choose_model(models: Sequence[_Saved], episode_id: str) -> _Saved:
-    """The first model that may score ``episode_id`` (the main one, else the fold that held it out)."""
-    for model in models:
-        if model.may_score(episode_id):
-            return model
-    raise ConfigError(f"trained_dense: every retriever trained on episode {episode_id!r} "
-                      f"({', '.join(str(m.path) for m in models)}) and none held it out: scoring it would score a "
-                      f"conversation the model has seen. Hold it out with emma.retriever_folds, or score another "
-                      f"split.")
+    return HeldOutModels(model_path, CONFIG_FILE, "emma_retriever", "trained_dense", "emma.retriever_folds")
 
 
 class _Towers:
@@ -161,41 +126,33 @@ class TrainedDense(TurnStrategy):
         if not self.config.model_path:
             raise ConfigError("trained_dense.model_path is not set: give the folder of a trained emma_retriever "
                               "(the benchmark's default is models/emma_retriever).")
-        self.models = saved_models(self.config.model_path)
+        self.models = _held_out(self.config.model_path)
         self._loaded: dict[Path, _Towers] = {}
-        self._chosen: dict[str, _Saved] = {}       # episode id -> the model that scores it
 
     @classmethod
     def unavailable(cls, episodes: Sequence[Episode], settings: dict) -> str | None:
         """Why the trained models cannot score ``episodes`` honestly (every model trained on one of them)."""
-        path = settings.get("model_path")
-        if not path or not Path(str(path)).is_dir():
-            return None                               # missing_models reports an untrained model
-        try:
-            models = saved_models(path)
-            for episode in episodes:
-                choose_model(models, episode.id)
-        except ConfigError as err:
-            return str(err)
-        return None
+        from pipelines.emma.retriever import CONFIG_FILE
+
+        return HeldOutModels.unavailable(settings.get("model_path"), episodes, CONFIG_FILE, "emma_retriever",
+                                         "trained_dense", "emma.retriever_folds")
 
     def _empty_scope(self) -> dict:
         return {**super()._empty_scope(), "_matrix": np.zeros((0, 0), dtype=np.float32)}  # (N, D) held turns
 
     def enter(self, episode: Episode) -> None:
         """Enter ``episode`` after choosing its model (ConfigError when every model trained on it)."""
-        if episode.id not in self._chosen:
-            self._chosen[episode.id] = choose_model(self.models, episode.id)
+        self.models.choose(episode.id)
         super().enter(episode)
 
     def model_for(self, episode_id: str) -> Path:
         """The folder of the model that scores ``episode_id`` (after ``enter``)."""
-        return self._chosen[episode_id].path
+        return self.models.choose(episode_id)
 
     def _towers(self) -> _Towers:
-        if self.episode_id not in self._chosen:
+        path = self.models.chosen(self.episode_id)
+        if path is None:
             raise ConfigError("trained_dense: no episode entered; call enter(episode) or observe first.")
-        path = self._chosen[self.episode_id].path
         if path not in self._loaded:
             self._loaded[path] = _Towers(path, self.config)
         return self._loaded[path]

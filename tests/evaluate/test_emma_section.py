@@ -194,3 +194,35 @@ def test_the_memory_writing_is_scored_against_the_examples_targets(emma_ctx):
     gold = [parse_link(e.target) for e in links]
     assert metrics["writing/link/accuracy"] == pytest.approx(sum(s == g for s, g in zip(said, gold)) / len(links))
     assert "### Memory writing (summarise and link)" in md and "| summarise: synthetic (memories) |" in md
+
+
+def test_a_configured_judge_reads_each_summary_against_its_targets_memories(emma_ctx, monkeypatch):
+    """llm.judge set: RealMem's memory-recall prompt per summary (targets' memories numbered as ground truth, the
+    written ones as retrieved), its mean recall and unparseable count beside ROUGE-L; llm.judge null: no judge."""
+    import json as _json
+
+    from tests.memory.test_writers import CannedLLM
+
+    ctx, _ = emma_ctx
+    asked = []
+    real = S._writing_judge
+
+    def verdict(messages):
+        asked.append(messages[-1]["content"])
+        return "not json" if len(asked) == 1 else _json.dumps({"memory_recall": 0.5, "Mem_helpful_score": 1})
+
+    judge = CannedLLM(verdict)
+    judge.close = lambda: None
+    monkeypatch.setattr(S, "_writing_judge", lambda ctx_: judge)
+    md, metrics = S._emma_section(ctx, "test")
+    n = metrics["writing/summarize/synthetic/examples"]
+    judged = len(asked)
+    assert 0 < judged <= n                                  # a target of [NONE] is not judged
+    assert "<groundtruth_memory>" in asked[0] and "---- idx 1 ----" in asked[0]
+    assert metrics["writing/summarize/synthetic/judge_unparseable"] == 1.0
+    assert metrics["writing/summarize/synthetic/judge_recall"] == pytest.approx(0.5)   # parsed verdicts only
+    assert "judge recall: the share of the target's memories" in md
+    monkeypatch.setattr(S, "_writing_judge", real)
+    assert S._writing_judge(ctx) is None                    # llm.judge null (the default): ROUGE-L only
+    md, metrics = S._emma_section(ctx, "test")
+    assert "No judge reads them" in md and not any("judge" in k for k in metrics)

@@ -160,8 +160,19 @@ def retriever_dir(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def reranker_dir(tmp_path_factory):
+    """A tiny random cross-encoder saved as the reranker stage saves one, trained on no episode here."""
+    from pipelines.training.folds import write_trained_on
+    from tests.rerank._tiny_reranker import save_tiny_cross_encoder
+
+    out = save_tiny_cross_encoder(tmp_path_factory.mktemp("reranker"))
+    write_trained_on(out, [], [])
+    return out
+
+
 @pytest.fixture
-def build(teacher, retriever_dir, tmp_path):
+def build(teacher, retriever_dir, reranker_dir, tmp_path):
     """``build(name)`` -> a fresh strategy: the registered one, with its caches under tmp_path and test doubles
     where a trained model would be needed (EMMA's retriever and dialogue module)."""
     cache = str(tmp_path / "cache")
@@ -179,6 +190,7 @@ def build(teacher, retriever_dir, tmp_path):
         "fusion_keys": lambda: FusionKeys(FusionKeysConfig(cache_dir=cache, expansion_llm={"backend": "local"}),
                                           expander=Expander()),
         "trained_dense": lambda: build_strategy("trained_dense", model_path=str(retriever_dir), cache_dir=cache),
+        "rerank": lambda: build_strategy("rerank", reranker_path=str(reranker_dir), cache_dir=cache),
         "graph": lambda: build_strategy("graph", cache_dir=cache),
         "mdr": lambda: build_strategy("mdr", teacher=str(teacher)),
         "egocentric": lambda: Egocentric(EgocentricConfig(agents="all"), retriever=retriever, dialogue=summariser),
@@ -282,7 +294,7 @@ def test_forgetting_a_speaker_leaves_nothing_said_by_to_or_about_them(name, buil
     if name != "no_history":  # the rest stays: what was said with Vivek and does not name Wren
         assert len(strategy) > 0 and any(KEPT.search(i.text) for i in items)
     if name in ("long_context", "bm25", "dense", "hybrid", "fusion", "fusion_sessions", "fusion_time", "fusion_keys",
-                "trained_dense", "mdr"):
+                "trained_dense", "rerank", "mdr"):
         # the issue's turn, said to Wren, is gone
         assert {i.turn_id for i in items} == {"f:S2:T1", "f:S2:T3"}          # f:S3:T1 ("Since you...") went
     assert cache_leaks(strategy, name, episode, tmp_path / "cache") == []       # the probes brought nothing back

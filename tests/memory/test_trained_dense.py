@@ -81,7 +81,7 @@ def test_retrieves_the_evidence_turn_with_the_question_and_turn_towers(tmp_path,
 def test_refuses_an_episode_the_model_trained_on(tmp_path, minilm_dir):
     main = _main(tmp_path, minilm_dir, trained_on=["E1"])
     strategy = build_strategy("trained_dense", model_path=str(main))
-    with pytest.raises(ConfigError, match="every retriever trained on episode 'E1'"):
+    with pytest.raises(ConfigError, match="every model trained on episode 'E1'"):
         strategy.observe(_episode(), _episode().sessions[0])
     assert "trained on episode 'E1'" in STRATEGIES["trained_dense"].unavailable([_episode()], {"model_path": str(main)})
     assert STRATEGIES["trained_dense"].unavailable([_episode("E2")], {"model_path": str(main)}) is None

@@ -381,3 +381,32 @@ def test_an_llm_extractor_is_the_graphs_extractor_interface():
     extractor = LLMExtractor(llm, LLMConfig(max_new_tokens=9))
     assert extractor([("A", "x"), ("B", "y")]) == [[Triplet(subject="a", relation="b", object="c")]] * 2
     assert extractor.report()["model"] == "local:canned" and "calls" not in extractor.report()   # no cache, no stats
+
+
+def test_the_benchmark_reports_what_each_writer_did_in_its_run(fake, episode, tmp_path):
+    """run_protocol records each LLM writer's figures for its own run (a second run: every answer from the cache,
+    no new utterance parsed twice), and the suite report prints them as a table and writer/... metrics."""
+    from pipelines.evaluate.protocol import ProtocolConfig, run_protocol
+    from pipelines.evaluate.report import SuiteRun, writer_rows, writers_markdown
+    from pipelines.evaluate.suite import Suite
+    from pipelines.memory.tokens import DEFAULT_COUNTER
+
+    fake(extractor_answer)
+    settings = dict(extraction="llm", extractor_llm=LOCAL, llm_cache_dir=str(tmp_path), **GRAPH)
+    config = ProtocolConfig(show_progress=False)
+    first = run_protocol([episode], "graph", config, settings)
+    [w] = first.writers
+    assert (w["role"], w["calls"], w["misses"], w["utterances"], w["triplets"]) == ("graph.extractor_llm", 9, 9, 9, 3)
+    assert w["parse"] == {"valid": 7, "repaired": 1, "dropped": 1, "items_dropped": 0}
+    # the same writer again: its memo answers every utterance, so this run asked nothing and parsed nothing
+    assert run_protocol([episode], "graph", config, settings).writers == []
+    assert run_protocol([episode], "bm25", config).writers == []
+
+    suite = Suite(name="t", version=1, source="synthetic", strategies=("graph",))
+    run = SuiteRun(suite, 1, {"graph": first}, {}, DEFAULT_COUNTER)
+    [row] = writer_rows(run).values()
+    assert (row["requests"], row["asked"], row["triplets"], row["parsed"], row["repaired"], row["unparseable"]) == \
+        (9.0, 9.0, 3.0, 7.0, 1.0, 1.0)
+    md = "\n".join(writers_markdown(run))
+    assert "### Language-model writers" in md and "graph: graph.extractor_llm (" in md
+    assert run.metrics()["graph"]["writer/graph.extractor_llm/unparseable"] == 1.0

@@ -1,0 +1,171 @@
+"""``rerank``: ``fusion_time``'s top candidates re-scored by the trained cross-encoder (issue #18).
+
+Two stages (Nogueira & Cho, "Passage Re-ranking with BERT", 2019): the first stage (:mod:`.fusion` with
+``fusion_time``'s settings: BM25 + dense fusion, session scoring, time awareness) ranks every held turn by f'; its
+top ``depth`` turns C are read with the question by the cross-encoder of the reranker stage
+(:mod:`pipelines.rerank.cross_encoder`, trained with LCE on question -> evidence turns), and each candidate's final
+score interpolates both, each normalised over C (as :mod:`.fusion` normalises its rankers):
+
+    g(d) = z(f'(d)) + w_c * z(s(q, d))          d in C;  the turns outside C keep their order below C
+
+A session's score gains its best candidate's cross-encoder score the same way (MaxP, Dai & Callan 2019):
+
+    S'(s) = z(S(s)) + w_c * z(max_{d in C, d in s} s(q, d))     (a session without a candidate: z = 0)
+
+Cost: one cross-encoder pass per candidate, ``depth`` pairs per query (MiniLM-L6 on 2 CPU cores: ~0.2 s for 30
+LoCoMo turns); the benchmark records it in each query's latency (``latency_ms_p50``, the ablation table), and the
+strategy sums the re-ranking time alone in ``rerank_ms``.
+
+Honest evaluation: as ``trained_dense``, each episode is scored by the main model unless it trained on the
+episode, else by the fold model that held it out (``models/reranker/folds/``), else not at all (ConfigError).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pipelines.data.schema import Episode, Query
+from pipelines.errors import ConfigError
+from pipelines.memory.base import Retrieved, check_k, register_strategy
+from pipelines.memory.fusion import Fusion, FusionTimeConfig, calibrate
+from pipelines.memory.index import top_k
+from pipelines.training.folds import HeldOutModels
+
+STAGE, FOLDS_KEY = "reranker", "rerank.folds"
+
+
+@dataclass(frozen=True)
+class RerankConfig(FusionTimeConfig):
+    """fusion_time's settings (the first stage), and the re-ranker's."""
+
+    reranker_path: str | None = None   # a saved reranker (models/reranker, the benchmark's default)
+    depth: int = 30                    # |C|: the first stage's top turns the cross-encoder reads
+    rerank_weight: float = 2.0         # w_c (0: the first stage alone)
+    rerank_batch_size: int = 64        # pairs per cross-encoder forward pass
+    device: str = "cpu"                # torch device of the cross-encoder
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("depth", "rerank_batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"rerank.{name} must be a positive integer, got {value!r}.")
+        w = self.rerank_weight
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
+            raise ConfigError(f"rerank.rerank_weight must be a finite number >= 0, got {w!r}.")
+
+
+def _held_out(path) -> HeldOutModels:
+    from pipelines.rerank.cross_encoder import CONFIG_FILE
+
+    return HeldOutModels(path, CONFIG_FILE, STAGE, "rerank", FOLDS_KEY, setting="reranker_path")
+
+
+@register_strategy("rerank")
+class Rerank(Fusion):
+    """fusion_time + a cross-encoder re-ranking its top turns (trained on question -> evidence pairs)."""
+
+    config_class = RerankConfig
+    model_settings = {"reranker_path": "reranker"}
+    ingredient = "+ cross-encoder re-ranking of the top turns (MiniLM, LCE on question -> evidence)"
+
+    def __init__(self, config=None, counter=None, embedder=None, time_reader=None, expander=None):
+        super().__init__(config, counter, embedder, time_reader, expander)
+        if not self.config.reranker_path:
+            raise ConfigError("rerank.reranker_path is not set: give the folder of a trained reranker (the "
+                              "benchmark's default is models/reranker).")
+        self.models = _held_out(self.config.reranker_path)
+        self._loaded: dict[Path, object] = {}       # folder -> CrossEncoder
+        self._memo: dict[tuple[Path, str, str], float] = {}   # (model, question, turn text) -> s(q, d)
+        self.rerank_ms: list[float] = []            # cross-encoder time of each query
+
+    @classmethod
+    def unavailable(cls, episodes: Sequence[Episode], settings: dict) -> str | None:
+        from pipelines.rerank.cross_encoder import CONFIG_FILE
+
+        return HeldOutModels.unavailable(settings.get("reranker_path"), episodes, CONFIG_FILE, STAGE, "rerank",
+                                         FOLDS_KEY, setting="reranker_path")
+
+    def enter(self, episode: Episode) -> None:
+        """Enter ``episode`` after choosing its model (ConfigError when every model trained on it)."""
+        self.models.choose(episode.id)
+        super().enter(episode)
+
+    def model_for(self, episode_id: str) -> Path:
+        return self.models.choose(episode_id)
+
+    def _cross_scores(self, question: str, texts: list[str]) -> np.ndarray:
+        """s(q, d) of each text (C,), by the episode's model; each (model, question, text) scored once."""
+        path = self.models.chosen(self.episode_id)
+        if path is None:
+            raise ConfigError("rerank: no episode entered; call enter(episode) or observe first.")
+        missing = [t for t in dict.fromkeys(texts) if (path, question, t) not in self._memo]
+        if missing:
+            if path not in self._loaded:
+                from pipelines.rerank.cross_encoder import CrossEncoder
+
+                self._loaded[path] = CrossEncoder.load(path).to(self.config.device).eval()
+            scores = self._loaded[path].score(question, missing, self.config.rerank_batch_size)
+            self._memo.update({(path, question, t): float(v) for t, v in zip(missing, scores)})
+        return np.asarray([self._memo[(path, question, t)] for t in texts], dtype=np.float64)
+
+    def reset(self) -> None:
+        super().reset()
+        if hasattr(self, "_memo"):
+            self._memo.clear()   # a forgotten turn's text leaves no score behind
+
+    def forget(self, selector) -> int:
+        removed = super().forget(selector)
+        held = {i.indexed_text(True) for i in self.bm25.items}
+        self._memo = {key: v for key, v in self._memo.items() if key[2] in held}
+        return removed
+
+    def retrieve(self, query: Query, k: int) -> list[Retrieved]:
+        check_k(k)
+        if not len(self):
+            self._last = (self._asked(query), [])
+            return []
+        c = self.config
+        fused, sessions, pooled = self._scores(query)                           # (N,), (S,), (S,)
+        items = self.bm25.items
+        candidates = [j for j in top_k(fused, c.depth) if np.isfinite(fused[j])]   # C, best first
+        started = time.perf_counter()
+        cross = self._cross_scores(query.question, [items[j].indexed_text(True) for j in candidates])   # (C,)
+        self.rerank_ms.append(1000.0 * (time.perf_counter() - started))
+        final = np.full(len(items), -np.inf)                                    # (N,)
+        if candidates:
+            rows = np.asarray(candidates)
+            final[rows] = calibrate(fused[rows], c.calibration) + c.rerank_weight * calibrate(cross, c.calibration)
+            rest = np.isfinite(fused) & ~np.isin(np.arange(len(items)), rows)
+            if rest.any():        # below every candidate, in the first stage's order
+                final[rest] = fused[rest] - fused[rest].max() + final[rows].min() - 1.0
+        ranking = [j for j in top_k(final, k) if np.isfinite(final[j])]
+        # sessions: S' = z(S) + w_c * z(best candidate's s(q, d)), filtered sessions (-inf) stay out
+        position = {sid: p for p, sid in enumerate(sessions)}
+        best = np.full(len(sessions), -np.inf)                                  # (S,)
+        for j, v in zip(candidates, cross):
+            p = position[items[j].session_id]
+            best[p] = max(best[p], v)
+        lifted = np.zeros(len(sessions))
+        has = np.isfinite(best)
+        if has.any():
+            lifted[has] = calibrate(best[has], c.calibration)
+        finite = np.isfinite(pooled)
+        scored = np.full(len(sessions), -np.inf)
+        if finite.any():
+            scored[finite] = calibrate(pooled[finite], c.calibration) + c.rerank_weight * lifted[finite]
+        ranked = sorted((s for s, v in zip(sessions, scored) if np.isfinite(v)),
+                        key=lambda s: (-scored[position[s]], -position[s]))
+        self._last = (self._asked(query), ranked)
+        return [items[j].retrieved(final[j]) for j in ranking]
+
+    def session_ranking(self, query: Query) -> list[str] | None:
+        """The sessions by S' (the cross-encoder's best candidate in each lifts it)."""
+        if self._last is None or self._last[0] != self._asked(query):
+            self.retrieve(query, max(len(self), 1))
+        return list(self._last[1])

@@ -1,0 +1,351 @@
+"""A cross-encoder re-ranker trained on question -> evidence pairs (issue #18), from the shipped MiniLM weights.
+
+Re-ranking (Nogueira & Cho, "Passage Re-ranking with BERT", 2019): a first-stage retriever proposes the top-N
+candidates and a cross-encoder reads the question and each candidate together, one transformer pass over
+
+    [CLS] question [SEP] candidate [SEP]   ->   s(q, d) = w^T h(q, d) + b        (a scalar logit)
+
+so that every question token attends to every candidate token, which a dual encoder (one vector each) cannot.
+
+Training (Gao, Dai & Callan, "Rethink Training of BERT Rerankers in Multi-Stage Retrieval Pipeline", ECIR 2021:
+Localized Contrastive Estimation, LCE): each question q with an evidence turn d+ forms a group with G-1 hard
+negatives d-_1..d-_{G-1} drawn from the first stage's top candidates (here BM25's top ``negative_depth``
+non-evidence turns of the same conversation's earlier sessions: what the re-ranker must tell apart at test time),
+and the loss is the softmax cross-entropy of the positive within its group,
+
+    L = -log( exp s(q, d+) / (exp s(q, d+) + sum_j exp s(q, d-_j)) )
+
+The pairs are those of EMMA's retriever (:func:`pipelines.emma.retriever.question_examples`, each turn rendered
+``"speaker: text"`` as the turn strategies index it), so the re-ranker learns from the same data as the trained
+dual encoder, and the reranker stage trains it over the same folds (:mod:`pipelines.training.folds`).
+
+Initialisation: ``model`` (None: the shipped all-MiniLM-L6-v2, the only pretrained encoder here). MiniLM was trained
+to be read through the mean of its last layer, so the default head (``head: mean``) is a new linear layer on that
+mean, s(q, d) = w^T mean_t h_t(q, d) + b; ``head: classifier`` keeps a checkpoint's own sequence-classification
+head (the paper profile may name a trained cross-encoder, e.g. an MS MARCO MiniLM one, or a local folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipelines.emma.retriever import RetrievalExample, examples_of
+from pipelines.errors import ConfigError
+from pipelines.training.config import Tokens
+
+CONFIG_FILE = "reranker.json"
+HEAD_FILE = "head.safetensors"      # the linear head of head: mean
+HEADS = ("mean", "classifier")
+PAIRS = ("questions", "session_questions")
+
+
+@dataclass(frozen=True)
+class CrossEncoderConfig:
+    """Re-ranker settings (params.yaml ``rerank.model``)."""
+
+    model: str | None = None           # checkpoint name or local path; None = the shipped MiniLM (new head)
+    head: str = "mean"                 # mean: a new linear head on the masked mean of the last layer (MiniLM was
+                                       # trained for mean pooling); classifier: the checkpoint's own sequence-
+                                       # classification head (a trained cross-encoder, e.g. an MS MARCO one)
+    max_length: int = 128              # tokens of question + candidate (LoCoMo's turns: 20-60 tokens)
+    lr: float = 1e-4                   # AdamW learning rate (linear warm-up and decay: rerank.train)
+    batch_size: int = 8                # groups (questions) per micro-batch; a group holds group_size pairs
+    group_size: int = 6                # LCE group: 1 positive + group_size - 1 hard negatives
+    negative_depth: int = 30           # hard negatives drawn from BM25's top negative_depth non-evidence turns
+    max_epochs: int = 3                # at most; early stopping on the validation LCE loss
+    patience: int = 2                  # validation passes without a lower loss before stopping; 0: never
+    max_train_examples: int | None = None  # keep at most this many (question, positive) groups (seeded)
+    pairs: tuple[str, ...] = ("questions",)  # questions (turn evidence) and/or session_questions (RealMem)
+    seed: int = 2024
+
+    def __post_init__(self) -> None:
+        pairs = (self.pairs,) if isinstance(self.pairs, str) else tuple(self.pairs)
+        object.__setattr__(self, "pairs", pairs)
+        if not pairs or any(p not in PAIRS for p in pairs) or len(set(pairs)) != len(pairs):
+            raise ConfigError(f"rerank.model.pairs must list some of {list(PAIRS)}, each once, got {list(pairs)!r}.")
+        for name in ("max_length", "batch_size", "negative_depth", "max_epochs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"rerank.model.{name} must be a positive integer, got {value!r}.")
+        if not isinstance(self.group_size, int) or isinstance(self.group_size, bool) or self.group_size < 2:
+            raise ConfigError(f"rerank.model.group_size must be an integer >= 2 (a positive and a negative), "
+                              f"got {self.group_size!r}.")
+        if self.max_train_examples is not None and (not isinstance(self.max_train_examples, int)
+                                                    or self.max_train_examples < 1):
+            raise ConfigError(f"rerank.model.max_train_examples must be a positive integer or null, "
+                              f"got {self.max_train_examples!r}.")
+        if not isinstance(self.patience, int) or self.patience < 0:
+            raise ConfigError(f"rerank.model.patience must be an integer >= 0, got {self.patience!r}.")
+        if not self.lr > 0:
+            raise ConfigError(f"rerank.model.lr must be positive, got {self.lr!r}.")
+        if self.head not in HEADS:
+            raise ConfigError(f"rerank.model.head must be one of {list(HEADS)}, got {self.head!r}.")
+
+    def resolved_model(self) -> str:
+        from pipelines.models.minilm import minilm_path
+
+        return str(self.model or minilm_path())
+
+    def train_config(self, output_dir: str | os.PathLike, **overrides):
+        from pipelines.training.config import TrainConfig
+
+        values = dict(output_dir=str(output_dir), lr=self.lr, batch_size=self.batch_size, epochs=self.max_epochs,
+                      early_stopping_patience=self.patience or None, seed=self.seed)
+        return TrainConfig(**{**values, **overrides})
+
+
+class CrossEncoder(nn.Module):
+    """s(q, d) over ``[CLS] q [SEP] d [SEP]``: a linear head on the encoder's mean-pooled last layer (``head: mean``)
+    or the checkpoint's sequence-classification head (``head: classifier``)."""
+
+    def __init__(self, encoder: nn.Module, tokenizer, config: CrossEncoderConfig, head: nn.Module | None = None):
+        super().__init__()
+        self.encoder, self.tokenizer, self.config = encoder, tokenizer, config
+        if config.head == "mean":
+            self.head = head if head is not None else nn.Linear(encoder.config.hidden_size, 1)
+        limit = getattr(encoder.config, "max_position_embeddings", None)
+        if limit is not None and config.max_length > limit:
+            raise ConfigError(f"rerank.model.max_length = {config.max_length} exceeds the encoder's {limit} "
+                              f"position embeddings.")
+
+    @staticmethod
+    def _auto(head: str):
+        from transformers import AutoModel, AutoModelForSequenceClassification
+
+        return AutoModel if head == "mean" else AutoModelForSequenceClassification
+
+    @classmethod
+    def from_pretrained(cls, config: CrossEncoderConfig | None = None) -> "CrossEncoder":
+        """The encoder of ``config.model`` (a local path or a cached name; never downloaded here) with a new linear
+        head (``mean``; seeded), or with its classification head (``classifier``: one label, new when it has none)."""
+        from transformers.utils import logging as hf_logging
+
+        from pipelines.models._hf import hub_offline
+        from pipelines.models.tokenizers import load_tokenizer
+
+        config = config or CrossEncoderConfig()
+        path = config.resolved_model()
+        extra = {"num_labels": 1} if config.head == "classifier" else {}
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()     # "some weights newly initialised": a new head, by design
+        try:
+            encoder = cls._auto(config.head).from_pretrained(
+                path, local_files_only=hub_offline() and not Path(path).is_dir(), dtype=torch.float32, **extra)
+        except OSError as err:
+            raise ConfigError(f"cannot load re-ranker checkpoint {path!r}: it is neither a local directory nor a "
+                              f"cached model (no download is attempted offline). Cause: {err}") from err
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        torch.manual_seed(config.seed)
+        return cls(encoder, load_tokenizer(path), config)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def tokenize(self, questions: Sequence[str], texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Pairs (question_i, text_i), padded to the longest, cut to ``max_length`` (N, L)."""
+        self.tokenizer.truncation_side = "right"
+        return self.tokenizer(list(questions), list(texts), padding=True, truncation="longest_first",
+                              max_length=self.config.max_length, return_tensors="pt")
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, L) pairs -> (N,) logits s(q, d)."""
+        extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **extra)
+        if self.config.head == "classifier":
+            return out.logits.squeeze(-1)
+        m = attention_mask.unsqueeze(-1).to(out.last_hidden_state.dtype)             # (N, L, 1)
+        pooled = (out.last_hidden_state * m).sum(1) / m.sum(1).clamp(min=1.0)        # (N, H)
+        return self.head(pooled).squeeze(-1)                                          # (N,)
+
+    @torch.no_grad()
+    def score(self, question: str, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """s(question, text) for every text: (N,) float32."""
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        was_training = self.training
+        self.eval()
+        out = []
+        for i in range(0, len(texts), batch_size):
+            chunk = list(texts[i:i + batch_size])
+            batch = self.tokenize([question] * len(chunk), chunk).to(self.device)
+            out.append(self(**batch).float().cpu())
+        self.train(was_training)
+        return torch.cat(out).numpy().astype(np.float32)
+
+    def save(self, out_dir: str | os.PathLike) -> Path:
+        """``model/`` (HF format, with the tokenizer), ``head.safetensors`` (head: mean) and ``reranker.json``."""
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        self.encoder.save_pretrained(out / "model")
+        self.tokenizer.save_pretrained(out / "model")
+        if self.config.head == "mean":
+            save_file({k: v.contiguous() for k, v in self.head.state_dict().items()}, str(out / HEAD_FILE))
+        saved = asdict(self.config) | {"model": str(out / "model")}
+        (out / CONFIG_FILE).write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
+        return out
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "CrossEncoder":
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+
+        d = Path(directory)
+        if not (d / CONFIG_FILE).exists():
+            raise ConfigError(f"{d} is not a saved re-ranker (no {CONFIG_FILE}): run the reranker stage.")
+        config = CrossEncoderConfig(**{**json.loads((d / CONFIG_FILE).read_text(encoding="utf-8")),
+                                       "model": str(d / "model")})
+        encoder = cls._auto(config.head).from_pretrained(d / "model", dtype=torch.float32)
+        head = None
+        if config.head == "mean":
+            head = nn.Linear(encoder.config.hidden_size, 1)
+            head.load_state_dict(load_file(str(d / HEAD_FILE)))
+        return cls(encoder, AutoTokenizer.from_pretrained(d / "model"), config, head)
+
+
+# --- examples: LCE groups with first-stage hard negatives ---------------------------------------------------------
+
+def first_stage_order(question: str, candidates: Sequence[str]) -> list[int]:
+    """The candidates' indices by BM25 score for ``question`` (Okapi, k1 1.5, b 0.75: the bm25 strategy's),
+    best first, ties to the later (newer) candidate."""
+    from pipelines.memory.bm25 import BM25Config, bm25_scores, bm25_tokens
+
+    c = BM25Config()
+    scores = bm25_scores([bm25_tokens(t) for t in candidates], bm25_tokens(question), c.k1, c.b, c.epsilon)  # (N,)
+    return sorted(range(len(candidates)), key=lambda i: (-scores[i], -i))
+
+
+@dataclass(frozen=True)
+class Group:
+    """One LCE group: a question, one of its evidence turns, the hard negatives it draws from."""
+
+    question: str
+    positive: str
+    negatives: tuple[str, ...]
+
+
+def groups(examples: Sequence[RetrievalExample], config: CrossEncoderConfig) -> list[Group]:
+    """One group per (question, evidence turn) with BM25's top ``negative_depth`` non-evidence candidates as its
+    negatives; a question without a negative gives none."""
+    out = []
+    for ex in examples:
+        positives = set(ex.positives)
+        ranked = [ex.candidates[i] for i in first_stage_order(ex.context, ex.candidates)]
+        hard = tuple([c for c in ranked if c not in positives][: config.negative_depth])
+        if hard:
+            out += [Group(ex.context, p, hard) for p in ex.positives]
+    return out
+
+
+@torch.no_grad()
+def evaluate_reranker(model: CrossEncoder, examples: Sequence[RetrievalExample], depth: int = 30
+                      ) -> dict[str, float]:
+    """Re-rank BM25's top ``depth`` candidates of each question; recall@1 and MRR of the best evidence turn in
+    BM25's order and in the re-ranker's (a question whose evidence is not in the top ``depth`` counts 0 in both).
+    Returns ``{"recall@1", "mrr", "bm25_recall@1", "bm25_mrr", "in_depth", "queries"}``."""
+    examples = [ex for ex in examples if set(ex.positives) & set(ex.candidates)]
+    if not examples:
+        return {"recall@1": 0.0, "mrr": 0.0, "bm25_recall@1": 0.0, "bm25_mrr": 0.0, "in_depth": 0.0, "queries": 0.0}
+    sums = dict.fromkeys(("recall@1", "mrr", "bm25_recall@1", "bm25_mrr", "in_depth"), 0.0)
+    for ex in examples:
+        top = [ex.candidates[i] for i in first_stage_order(ex.context, ex.candidates)[:depth]]
+        hit = [c in ex.positives for c in top]
+        if not any(hit):
+            continue
+        scores = model.score(ex.context, top)                                     # (depth,)
+        order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
+        rank = 1 + min(order.index(i) for i, h in enumerate(hit) if h)
+        first = 1 + hit.index(True)
+        sums["in_depth"] += 1
+        sums["recall@1"] += rank == 1
+        sums["mrr"] += 1.0 / rank
+        sums["bm25_recall@1"] += first == 1
+        sums["bm25_mrr"] += 1.0 / first
+    n = len(examples)
+    return {**{k: v / n for k, v in sums.items()}, "queries": float(n)}
+
+
+class RerankerTask:
+    """The reranker stage for the training engine (pipelines.training.train): LCE groups, collate, loss."""
+
+    paper = ("Cross-encoder re-ranker (Nogueira & Cho 2019) trained with Localized Contrastive Estimation "
+             "(Gao, Dai & Callan, ECIR 2021) on question -> evidence turns, BM25 hard negatives")
+
+    def __init__(self, config: CrossEncoderConfig, train_episodes, valid_episodes=()):
+        from pipelines.models.tokenizers import load_tokenizer
+
+        self.config = config
+        train = [ex for kind in config.pairs for ex in examples_of(kind, train_episodes)]
+        self.valid_examples = [ex for kind in config.pairs for ex in examples_of(kind, valid_episodes)]
+        self.counts = {kind: len(examples_of(kind, train_episodes)) for kind in config.pairs}
+        self.train_groups = groups(train, config)
+        if config.max_train_examples is not None and len(self.train_groups) > config.max_train_examples:
+            rng = random.Random(f"rerank-subset:{config.seed}")
+            self.train_groups = rng.sample(self.train_groups, config.max_train_examples)
+        self.valid_groups = groups(self.valid_examples, config)
+        self.counts["groups"] = len(self.train_groups)
+        self.tokenizer = load_tokenizer(config.resolved_model())
+
+    def build_model(self) -> CrossEncoder:
+        return CrossEncoder.from_pretrained(self.config)
+
+    def _sampled(self, items: Sequence[Group], salt: str) -> list[tuple[str, tuple[str, ...]]]:
+        """Each group's pairs: its positive first, then G-1 negatives drawn (seeded per group) from its hard ones."""
+        out = []
+        k = self.config.group_size - 1
+        for g in items:
+            rng = random.Random(f"{salt}:{self.config.seed}:{g.question}:{g.positive}")
+            negatives = list(g.negatives) if len(g.negatives) <= k else rng.sample(list(g.negatives), k)
+            out.append((g.question, (g.positive, *negatives)))
+        return out
+
+    def train_dataset(self) -> list[tuple[str, tuple[str, ...]]]:
+        return self._sampled(self.train_groups, "rerank-train")
+
+    def valid_dataset(self) -> list[tuple[str, tuple[str, ...]]]:
+        return self._sampled(self.valid_groups, "rerank-valid")
+
+    def collate(self, items: Sequence[tuple[str, tuple[str, ...]]]) -> dict[str, torch.Tensor]:
+        """Every pair of the batch's groups flattened (B * G, L), and each group's rows (B, G; -1 pads a group
+        with fewer negatives)."""
+        width = max(len(texts) for _, texts in items)
+        questions, texts = [], []
+        rows = torch.full((len(items), width), -1, dtype=torch.long)
+        for b, (question, pair_texts) in enumerate(items):
+            rows[b, : len(pair_texts)] = torch.arange(len(texts), len(texts) + len(pair_texts))
+            questions += [question] * len(pair_texts)
+            texts += list(pair_texts)
+        self.tokenizer.truncation_side = "right"
+        enc = self.tokenizer(questions, texts, padding=True, truncation="longest_first",
+                             max_length=self.config.max_length, return_tensors="pt")
+        return {**dict(enc), "group_rows": rows}
+
+    def compute_loss(self, model: CrossEncoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]:
+        """LCE: cross-entropy of the positive (column 0) among its group's logits; tokens = the pairs' tokens."""
+        rows = batch["group_rows"]                                                    # (B, G)
+        inputs = {k: v for k, v in batch.items() if k != "group_rows"}
+        logits = model(**inputs)                                                      # (B*G,)
+        grouped = logits[rows.clamp(min=0)].masked_fill(rows < 0, float("-inf"))      # (B, G)
+        loss = F.cross_entropy(grouped.float(), torch.zeros(len(rows), dtype=torch.long, device=grouped.device))
+        return loss, batch["attention_mask"].sum()
+
+    def evaluate(self, model: CrossEncoder) -> dict[str, float]:
+        """Recall@1 / MRR re-ranking BM25's top ``negative_depth`` on the validation questions (a report; the engine
+        stops on the validation loss)."""
+        return evaluate_reranker(model, self.valid_examples, self.config.negative_depth)
+
+    def save_final(self, model: CrossEncoder, out_dir: str | os.PathLike) -> Path:
+        return model.save(out_dir)

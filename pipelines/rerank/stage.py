@@ -1,0 +1,110 @@
+"""The reranker stage (issue #18): the cross-encoder re-ranker trained on question -> evidence pairs.
+
+params.yaml ``rerank``: ``sources`` (the datasets it learns from, as every training stage's), ``model`` (the
+:class:`~pipelines.rerank.cross_encoder.CrossEncoderConfig`), ``train`` (the engine's knobs over those it
+derives), ``folds`` (absent: none; :mod:`pipelines.training.folds`: one model per fold of a one-split dataset, the
+same folds as ``emma.retriever_folds``). The ``rerank`` strategy of the benchmark uses the saved models, each
+conversation scored by a model that never saw it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pipelines.data.stage import training_inputs
+from pipelines.registry import StageResult, stage
+
+RERANKER = "models/reranker"
+RERANKER_EVAL = "reranker_eval.json"
+SECTION = "rerank"
+
+
+def _config(ctx):
+    from pipelines.emma.stage import _make
+    from pipelines.rerank.cross_encoder import CrossEncoderConfig
+
+    return _make(CrossEncoderConfig, ctx.config.get(SECTION, {}).get("model"))
+
+
+def _folds(ctx):
+    """params.yaml ``rerank.folds`` (None when absent), its sources checked against rerank.sources."""
+    from pipelines.data.stage import training_sources
+    from pipelines.errors import ConfigError
+    from pipelines.training.folds import Folds
+
+    section = ctx.config.get(SECTION, {}).get("folds")
+    if not section:
+        return None
+    unknown = sorted(set(section) - {"k", "sources", "valid_share"})
+    if unknown:
+        raise ConfigError(f"rerank.folds has no setting {unknown}; known: ['k', 'sources', 'valid_share']")
+    folds = Folds(**section, where="rerank.folds")
+    outside = [s for s in folds.sources if s not in training_sources(ctx.config.get(SECTION), SECTION)]
+    if outside:
+        raise ConfigError(f"rerank.folds.sources {outside} are not in rerank.sources: the stage reads only those; "
+                          f"add them to rerank.sources.")
+    return folds
+
+
+def _scores(path, cfg, episodes) -> dict[str, float]:
+    """Re-ranking figures (:func:`~pipelines.rerank.cross_encoder.evaluate_reranker`) of the saved model at
+    ``path`` (None: the untrained one, MiniLM with a new head) on ``episodes``' questions."""
+    from pipelines.emma.retriever import examples_of
+    from pipelines.rerank.cross_encoder import CrossEncoder, evaluate_reranker
+
+    model = CrossEncoder.load(path) if path is not None else CrossEncoder.from_pretrained(cfg)
+    examples = [ex for kind in cfg.pairs for ex in examples_of(kind, episodes)]
+    return evaluate_reranker(model, examples, cfg.negative_depth)
+
+
+@stage(name="reranker", group="retrieval", params=(SECTION,), inputs=training_inputs(SECTION), outputs=(RERANKER,),
+       launcher="accelerate", code=("pipelines/rerank", "pipelines/training", "pipelines/models"))
+def reranker(ctx) -> StageResult:
+    """Cross-encoder re-ranker (MiniLM + a one-logit head) trained with LCE on question -> evidence turns.
+
+    Pairs from ``rerank.sources``, BM25's top non-evidence turns of the same conversation as hard negatives; with
+    ``rerank.folds``, one more model per fold. Reports recall@1 / MRR re-ranking BM25's top candidates, against
+    BM25's order, on the episodes each model did not train on. Every saved model lists them (``trained_on.json``)."""
+    from pipelines.data.stage import training_episodes
+    from pipelines.rerank.cross_encoder import RerankerTask
+    from pipelines.runner import is_rank_zero
+    from pipelines.training.folds import fold_plan, publish_folds, train_folds, write_trained_on
+    from pipelines.training.stage import run_dir, train_stage
+
+    cfg = _config(ctx)
+    folds = _folds(ctx)
+    folder = run_dir(ctx)
+    knobs = cfg.train_config(folder).to_dict()
+    knobs.pop("output_dir")
+    knobs.update(ctx.config.get(SECTION, {}).get("train", {}))
+    if folds is None:
+        train, valid, test = (training_episodes(ctx, SECTION, split) for split in ("train", "valid", "test"))
+        plan = None
+    else:
+        plan = fold_plan(ctx, SECTION, folds)
+        train, valid, test = plan["train"], plan["valid"], plan["test"]
+        fold_scores = train_folds(ctx, plan, folder, lambda tr, va: RerankerTask(cfg, tr, va), knobs,
+                                  lambda path, held_out: _scores(path, cfg, held_out), untrained=False)
+    task = RerankerTask(cfg, train, valid)
+    result = train_stage(ctx, task, knobs, RERANKER, folder=folder)
+    if not is_rank_zero():
+        return result
+    write_trained_on(ctx.path(RERANKER), train, valid)
+    result.metadata.update({f"examples_{kind}": n for kind, n in task.counts.items()})
+    if plan is not None:
+        publish_folds(ctx, plan, folder, fold_scores, result, RERANKER,
+                      metrics=("recall@1", "mrr", "bm25_recall@1", "bm25_mrr", "in_depth"))
+    seen = {e.id for e in (*train, *valid)}
+    unseen = [e for e in test if e.id not in seen]          # never score an episode the model trained on
+    result.metadata["test_episodes_scored"] = len(unseen)
+    if not unseen:
+        result.metadata["test_scores"] = "none: no test episode the model did not train on in rerank.sources"
+        return result
+    # the trained model only: an untrained one is MiniLM with a random head (its order is noise); the first
+    # stage's figures (bm25_recall@1, bm25_mrr) are the baseline
+    scores = {"trained": _scores(ctx.path(RERANKER), cfg, unseen)}
+    (ctx.path(RERANKER) / RERANKER_EVAL).write_text(json.dumps(scores, indent=2))
+    for which, values in scores.items():
+        result.metrics.update({f"test/{which}/{k}": float(v) for k, v in values.items()})
+        result.metadata.update({f"test_{which}_{k}": v for k, v in values.items()})
+    return result

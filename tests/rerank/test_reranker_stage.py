@@ -1,0 +1,93 @@
+"""The reranker stage: LCE training on question -> evidence pairs, one model per fold of a LoCoMo-like dataset, each
+listing what it saw, the re-ranking figures against BM25's order; bad settings named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.data.schema import write_episodes
+from pipelines.data.synthetic import SyntheticConfig, generate, write_splits
+from pipelines.errors import ConfigError
+from pipelines.rerank import stage as S
+from pipelines.runner import StageContext
+from pipelines.stages import STAGES
+from tests.emma._tiny_retriever import write_tiny_encoder
+from tests.emma.test_retriever_folds import CONVERSATIONS, _conversation  # the same LoCoMo-like conversations
+
+SYNTHETIC = SyntheticConfig(episodes=6, sessions=3, turns=6, partners=2, queries_per_session=1)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_encoder(tmp_path_factory.mktemp("tiny") / "encoder")
+
+
+@pytest.fixture
+def ctx(tmp_path, tiny):
+    write_splits(generate(SYNTHETIC), tmp_path / "data/canonical/synthetic")
+    write_episodes(tmp_path / "data/canonical/locomo/test.jsonl", [_conversation(e) for e in CONVERSATIONS])
+    rerank = {"sources": ["synthetic", "locomo"],
+              "model": {"model": str(tiny), "max_length": 64, "batch_size": 4, "group_size": 3, "max_epochs": 1},
+              "train": {"max_steps": 2, "eval_every": 1000, "save_every": 1000, "early_stopping_patience": None},
+              "folds": {"k": 2, "sources": ["locomo"], "valid_share": 0.5}}
+    return StageContext(stage=STAGES["reranker"], config={"profile": "tiny", "seed": 2022, "rerank": rerank},
+                        root=tmp_path)
+
+
+def test_the_stage_is_registered_with_its_params_inputs_and_model():
+    stage = STAGES["reranker"]
+    assert stage.params == ("rerank",) and stage.outputs == (S.RERANKER,)
+    assert "benchmark" in [s.name for s in STAGES.values() if S.RERANKER in s.inputs]
+
+
+def test_folds_never_train_on_their_held_out_conversations_and_report_against_bm25(ctx):
+    result = S.reranker(ctx)
+    root = ctx.root / S.RERANKER
+    manifest = json.loads((root / "folds" / "folds.json").read_text())
+    held = [set(f["held_out"]) for f in manifest["folds"]]
+    assert held[0] | held[1] == set(CONVERSATIONS) and not held[0] & held[1]
+    synthetic_train = {e.id for e in generate(SYNTHETIC) if e.split == "train"}
+    for i in range(2):
+        saw = set(json.loads((root / "folds" / f"fold-{i}" / "trained_on.json").read_text())["episodes"])
+        assert not saw & held[i] and synthetic_train <= saw
+        assert (root / "folds" / f"fold-{i}" / "reranker.json").exists()
+        assert result.metrics[f"folds/fold-{i}/trained/queries"] == 4.0          # 2 conversations x 2 questions
+        assert f"folds/fold-{i}/untrained/queries" not in result.metrics         # a random head is no baseline
+        for key in ("recall@1", "mrr", "bm25_recall@1", "bm25_mrr"):
+            assert 0.0 <= result.metrics[f"folds/fold-{i}/trained/{key}"] <= 1.0
+    assert result.metrics["folds/trained/queries"] == 8.0
+    assert "folds/trained/bm25_mrr" in result.metrics
+    main = set(json.loads((root / "trained_on.json").read_text())["episodes"])
+    assert set(CONVERSATIONS) <= main
+    assert result.metadata["test_episodes_scored"] == 1                          # synthetic's test split
+    assert json.loads((root / S.RERANKER_EVAL).read_text())["trained"]["queries"] > 0
+    assert result.metadata["examples_groups"] > 0
+    assert not [p for p in (ctx.root / "models" / ".runs").iterdir()]            # run folders cleaned
+
+
+def test_without_folds_it_trains_one_model_and_the_strategy_scores_with_it(ctx):
+    from pipelines.memory import build_strategy
+
+    del ctx.config["rerank"]["folds"]
+    ctx.config["rerank"]["sources"] = ["synthetic"]
+    S.reranker(ctx)
+    strategy = build_strategy("rerank", reranker_path=str(ctx.root / S.RERANKER), depth=5)
+    episode = next(e for e in generate(SYNTHETIC) if e.split == "test")
+    for session in episode.sessions:
+        strategy.observe(episode, session)
+    assert len(strategy.retrieve(episode.queries[0], 3)) == 3 and strategy.rerank_ms
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"folds": {"k": 2, "sources": ["realmem"]}}, "not in rerank.sources"),
+    ({"folds": {"k": 1, "sources": ["locomo"]}}, "rerank.folds.k must be an integer >= 2"),
+    ({"folds": {"k": 2, "sources": ["locomo"], "shuffle": True}}, "rerank.folds has no setting"),
+    ({"model": {"group_size": 1}}, "rerank.model.group_size"),
+    ({"model": {"depth": 3}}, "CrossEncoderConfig has no setting"),
+])
+def test_bad_settings_are_named_before_training(ctx, change, message):
+    ctx.config["rerank"].update(change)
+    with pytest.raises(ConfigError, match=message):
+        S.reranker(ctx)
