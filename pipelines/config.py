@@ -64,7 +64,7 @@ PROFILES: dict[str, dict[str, Any]] = {
                  "retriever_train": {"eval_every": 9, "save_every": 9}},
         # Re-ranker: MiniLM with a new head, 128 LCE groups of 4 (half a minute on 2 cores); unset: all, groups of 6.
         "rerank": {"model": {"max_train_examples": 128, "group_size": 4, "max_epochs": 1, "batch_size": 8},
-                   "train": {"eval_every": 8, "save_every": 8}},
+                   "train": {"eval_every": 16, "save_every": 16}},
     },
     # small: the tiny profile, with SmolLM2-135M-Instruct (pipelines.llm's shipped GGUF, converted once) adapted on
     # the CPU wherever a paper starts from a pretrained language model: G-Long's extractor and importance

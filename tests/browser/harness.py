@@ -41,7 +41,7 @@ UPDATE_SCREENSHOTS = os.environ.get("MNEMOS_UPDATE_SCREENSHOTS") == "1"
 # Headless, offline, no GPU: the flags the issue asks for, plus a fixed window for the screenshots
 # and /tmp instead of a possibly tiny /dev/shm in containers.
 CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--window-size=1600,1100", "--disable-dev-shm-usage")
+                "--window-size=1600,1400", "--disable-dev-shm-usage")
 
 # The temp project's knobs: small enough that the whole graph runs in a few minutes on 2 cores.
 # MNEMOS_BROWSER_PARAMS (a JSON mapping, merged over these) overrides them, e.g.

@@ -13,12 +13,16 @@ from pathlib import Path
 import yaml
 
 from pipelines.data.synthetic import SyntheticConfig, generate, write_splits
-from pipelines.evaluate.stage import (EMMA_DIALOGUE, EMMA_EXAMPLES, EMMA_RETRIEVER, GLONG_EXTRACTOR,
-                                      GLONG_IMPORTANCE, MDR_DECODER, MDR_EXAMPLES, MDR_STUDENT)
+from pipelines.stages import STAGES
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("benchmark_stub_run.py")
 SECTIONS = ("## Response generation (MDR)", "## Triplet extraction (G-Long extractor)", "## EMMA")
+
+
+def trained_inputs() -> list[str]:
+    """The benchmark stage's inputs that other stages train or write (every declared input but canonical data)."""
+    return [rel for rel in STAGES["benchmark"].inputs if not rel.startswith("data/canonical/")]
 
 
 def _project(root: Path) -> Path:
@@ -34,8 +38,7 @@ def _project(root: Path) -> Path:
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     write_splits(generate(SyntheticConfig(episodes=6, sessions=3, turns=6, partners=2, queries_per_session=2)),
                  root / "data/canonical/synthetic")
-    for rel in (MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE, EMMA_EXAMPLES,
-                EMMA_DIALOGUE, EMMA_RETRIEVER):
+    for rel in trained_inputs():
         (root / rel).mkdir(parents=True, exist_ok=True)
     return root
 

@@ -156,8 +156,9 @@ def test_the_benchmark_stage_answers_reports_and_traces(tmp_path, mlflow_store, 
     shutil.copy(REPO / "params.yaml", root / "params.yaml")
     write_splits(generate(SyntheticConfig(episodes=6, sessions=3, turns=6, partners=2, queries_per_session=2)),
                  root / "data/canonical/synthetic")
-    for rel in (bench.MDR_EXAMPLES, bench.MDR_STUDENT, bench.MDR_DECODER, bench.GLONG_EXTRACTOR, bench.GLONG_IMPORTANCE,
-                bench.EMMA_EXAMPLES, bench.EMMA_DIALOGUE, bench.EMMA_RETRIEVER):
+    from tests.evaluate.test_benchmark_concurrency import trained_inputs
+
+    for rel in trained_inputs():
         (root / rel).mkdir(parents=True, exist_ok=True)
     monkeypatch.setattr(bench, "_mdr_generation", lambda ctx, episodes, split: {
         "overall": {"bleu-1": 1.0}, "by_session": {}, "markdown": "## Response generation (MDR)\n\nstub\n"})
@@ -176,7 +177,7 @@ def test_the_benchmark_stage_answers_reports_and_traces(tmp_path, mlflow_store, 
     monkeypatch.setattr(answers_run, "AnswerLLMs", FakeLLMs)
     absent = str(tmp_path / "not-trained")  # the stage's inputs exist (empty): point the trained models elsewhere
     untrained = {"egocentric": {"retriever": absent}, "egocentric_gold": {"retriever": absent},
-                 "graph": {"importance_model": absent}, "mdr": {"teacher": absent}}
+                 "graph": {"importance_model": absent}, "mdr": {"teacher": absent}, "rerank": {"reranker_path": absent}}
     result = run_stage("benchmark", {"llm": {"max_questions": 2}, "benchmark": {"strategy_settings": untrained}},
                        root=root)
     [(llm, cache_dir)] = built
