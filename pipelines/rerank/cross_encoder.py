@@ -288,10 +288,10 @@ class RerankerTask:
         from pipelines.models.tokenizers import load_tokenizer
 
         self.config = config
-        train = [ex for kind in config.pairs for ex in examples_of(kind, train_episodes)]
+        by_kind = {kind: examples_of(kind, train_episodes) for kind in config.pairs}
         self.valid_examples = [ex for kind in config.pairs for ex in examples_of(kind, valid_episodes)]
-        self.counts = {kind: len(examples_of(kind, train_episodes)) for kind in config.pairs}
-        self.train_groups = groups(train, config)
+        self.counts = {kind: len(examples) for kind, examples in by_kind.items()}
+        self.train_groups = groups([ex for examples in by_kind.values() for ex in examples], config)
         if config.max_train_examples is not None and len(self.train_groups) > config.max_train_examples:
             rng = random.Random(f"rerank-subset:{config.seed}")
             self.train_groups = rng.sample(self.train_groups, config.max_train_examples)
