@@ -10,7 +10,9 @@ score interpolates both, each normalised over C (as :mod:`.fusion` normalises it
 
 A session's score gains its best candidate's cross-encoder score the same way (MaxP, Dai & Callan 2019):
 
-    S'(s) = z(S(s)) + w_c * z(max_{d in C, d in s} s(q, d))     (a session without a candidate: z = 0)
+    S'(s) = z(S(s)) + w_s * z(max_{d in C, d in s} s(q, d))     (a session without a candidate: z = 0)
+
+(w_s = ``session_weight``, w_c unless set; 0 keeps the first stage's session ranking.)
 
 Cost: one cross-encoder pass per candidate, ``depth`` pairs per query (MiniLM-L6 on 2 CPU cores: ~0.2 s for 30
 LoCoMo turns); the benchmark records it in each query's latency (``latency_ms_p50``, the ablation table), and the
@@ -46,6 +48,7 @@ class RerankConfig(FusionTimeConfig):
     reranker_path: str | None = None   # a saved reranker (models/reranker, the benchmark's default)
     depth: int = 30                    # |C|: the first stage's top turns the cross-encoder reads
     rerank_weight: float = 2.0         # w_c (0: the first stage alone)
+    session_weight: float | None = None  # w_s, the cross-encoder's weight in a session's score (None: w_c)
     rerank_batch_size: int = 64        # pairs per cross-encoder forward pass
     device: str = "cpu"                # torch device of the cross-encoder
 
@@ -55,9 +58,17 @@ class RerankConfig(FusionTimeConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"rerank.{name} must be a positive integer, got {value!r}.")
-        w = self.rerank_weight
-        if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
-            raise ConfigError(f"rerank.rerank_weight must be a finite number >= 0, got {w!r}.")
+        for name in ("rerank_weight", "session_weight"):
+            w = getattr(self, name)
+            if name == "session_weight" and w is None:
+                continue
+            if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
+                raise ConfigError(f"rerank.{name} must be a finite number >= 0, got {w!r}.")
+
+    @property
+    def w_s(self) -> float:
+        """The cross-encoder's weight in a session's score."""
+        return self.rerank_weight if self.session_weight is None else self.session_weight
 
 
 def _held_out(path) -> HeldOutModels:
@@ -145,7 +156,7 @@ class Rerank(Fusion):
             if rest.any():        # below every candidate, in the first stage's order
                 final[rest] = fused[rest] - fused[rest].max() + final[rows].min() - 1.0
         ranking = [j for j in top_k(final, k) if np.isfinite(final[j])]
-        # sessions: S' = z(S) + w_c * z(best candidate's s(q, d)), filtered sessions (-inf) stay out
+        # sessions: S' = z(S) + w_s * z(best candidate's s(q, d)), filtered sessions (-inf) stay out
         position = {sid: p for p, sid in enumerate(sessions)}
         best = np.full(len(sessions), -np.inf)                                  # (S,)
         for j, v in zip(candidates, cross):
@@ -158,7 +169,7 @@ class Rerank(Fusion):
         finite = np.isfinite(pooled)
         scored = np.full(len(sessions), -np.inf)
         if finite.any():
-            scored[finite] = calibrate(pooled[finite], c.calibration) + c.rerank_weight * lifted[finite]
+            scored[finite] = calibrate(pooled[finite], c.calibration) + c.w_s * lifted[finite]
         ranked = sorted((s for s, v in zip(sessions, scored) if np.isfinite(v)),
                         key=lambda s: (-scored[position[s]], -position[s]))
         self._last = (self._asked(query), ranked)

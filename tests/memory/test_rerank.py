@@ -87,6 +87,22 @@ def test_weight_zero_is_the_first_stage(tmp_path, tiny):
     assert [r.turn_id for r in strategy.retrieve(QUESTION, 20)] == [r.turn_id for r in first.retrieve(QUESTION, 20)]
 
 
+def test_session_weight_zero_keeps_the_first_stages_sessions_while_turns_are_re_ranked(tmp_path, tiny):
+    path = _saved(tmp_path, tiny)
+    first = build_strategy("fusion_time")
+    _observed(first)
+    before = [r.turn_id for r in first.retrieve(QUESTION, 20)]
+    sessions = first.session_ranking(QUESTION)
+    strategy = build_strategy("rerank", reranker_path=str(path), depth=4, rerank_weight=100.0, session_weight=0.0)
+    _observed(strategy)
+    target = before[3]
+    _with_oracle(strategy, path, {next(f"{i.speaker}: {i.text}" for i in strategy.bm25.items if i.turn_id == target)})
+    assert strategy.retrieve(QUESTION, 20)[0].turn_id == target          # turns: w_c re-ranks them
+    assert strategy.session_ranking(QUESTION) == sessions                 # sessions: w_s = 0, the first stage's
+    with pytest.raises(ConfigError, match="rerank.session_weight"):
+        build_strategy("rerank", reranker_path=str(path), session_weight=-1.0)
+
+
 def test_the_real_saved_model_scores_the_candidates(tmp_path, tiny):
     path = _saved(tmp_path, tiny)
     strategy = build_strategy("rerank", reranker_path=str(path), depth=3)
