@@ -351,6 +351,14 @@ def check_k(k: int) -> None:
         raise ValueError(f"k must be a positive integer (items to retrieve), got {k!r}.")
 
 
+def check_weights(config, section: str, names: Sequence[str]) -> None:
+    """ConfigError unless each of ``config``'s ``names`` is a finite number >= 0 (a score weight)."""
+    for name in names:
+        w = getattr(config, name)
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
+            raise ConfigError(f"{section}.{name} must be a finite number >= 0, got {w!r}.")
+
+
 # --- registry -----------------------------------------------------------------
 
 STRATEGIES: dict[str, type[MemoryStrategy]] = {}

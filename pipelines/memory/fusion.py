@@ -53,7 +53,7 @@ import numpy as np
 
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError
-from pipelines.memory.base import Retrieved, Selector, check_k, register_strategy
+from pipelines.memory.base import Retrieved, Selector, check_k, check_weights, register_strategy
 from pipelines.memory.bm25 import bm25_scores, bm25_tokens
 from pipelines.memory.embeddings import Embedder
 from pipelines.memory.hybrid import RankerPair, RankersConfig
@@ -127,10 +127,8 @@ class FusionConfig(RankersConfig):
             raise ConfigError(f"fusion.session_pool must be one of {list(SESSION_POOLS)}, got {self.session_pool!r}.")
         if not isinstance(self.session_top, int) or isinstance(self.session_top, bool) or self.session_top < 1:
             raise ConfigError(f"fusion.session_top must be a positive integer, got {self.session_top!r}.")
-        for name in ("bm25_weight", "dense_weight", "session_key_weight", "session_prior", "time_boost"):
-            w = getattr(self, name)
-            if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
-                raise ConfigError(f"fusion.{name} must be a finite number >= 0, got {w!r}.")
+        check_weights(self, "fusion", ("bm25_weight", "dense_weight", "session_key_weight", "session_prior",
+                                       "time_boost"))
         if self.bm25_weight == 0 and self.dense_weight == 0:
             raise ConfigError("fusion.bm25_weight and fusion.dense_weight are both 0; at least one ranker must count.")
         if self.key_expansion not in ("none", "llm"):

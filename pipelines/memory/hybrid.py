@@ -26,7 +26,8 @@ from typing import Sequence
 
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError
-from pipelines.memory.base import MemoryStrategy, Retrieved, Selector, StrategyConfig, check_k, register_strategy
+from pipelines.memory.base import (MemoryStrategy, Retrieved, Selector, StrategyConfig, check_k, check_weights,
+                                   register_strategy)
 from pipelines.memory.bm25 import BM25, BM25Config, bm25_tokens
 from pipelines.memory.dense import Dense, DenseConfig
 from pipelines.memory.embeddings import DEFAULT_CACHE_DIR, Embedder
@@ -85,10 +86,7 @@ class HybridConfig(RankersConfig):
         super().__post_init__()
         if not isinstance(self.rrf_k, int) or isinstance(self.rrf_k, bool) or self.rrf_k < 0:
             raise ConfigError(f"hybrid.rrf_k must be an integer >= 0 (RRF constant), got {self.rrf_k!r}.")
-        for name in ("bm25_weight", "dense_weight"):
-            w = getattr(self, name)
-            if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
-                raise ConfigError(f"hybrid.{name} must be a finite number >= 0, got {w!r}.")
+        check_weights(self, "hybrid", ("bm25_weight", "dense_weight"))
         if self.bm25_weight == 0 and self.dense_weight == 0:
             raise ConfigError("hybrid.bm25_weight and hybrid.dense_weight are both 0; at least one ranker "
                               "must count.")

@@ -33,7 +33,7 @@ import numpy as np
 
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
-from pipelines.memory.base import Retrieved, check_k, register_strategy
+from pipelines.memory.base import Retrieved, check_k, check_weights, register_strategy
 from pipelines.memory.fusion import Fusion, FusionTimeConfig, calibrate
 from pipelines.memory.index import top_k
 from pipelines.training.folds import HeldOutModels
@@ -58,12 +58,8 @@ class RerankConfig(FusionTimeConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"rerank.{name} must be a positive integer, got {value!r}.")
-        for name in ("rerank_weight", "session_weight"):
-            w = getattr(self, name)
-            if name == "session_weight" and w is None:
-                continue
-            if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0.0 <= w < float("inf"):
-                raise ConfigError(f"rerank.{name} must be a finite number >= 0, got {w!r}.")
+        check_weights(self, "rerank", ("rerank_weight",) if self.session_weight is None else
+                      ("rerank_weight", "session_weight"))
 
     @property
     def w_s(self) -> float:
