@@ -28,7 +28,12 @@ query (which builds the lazy index):
 - ``dense hnsw``: the same with ``index: hnsw`` (hnswlib, from ``--ann-min-items`` turns);
 - ``rrf bm25+exact``, ``rrf bm25+hnsw``: :class:`~pipelines.memory.hybrid.Hybrid` (Reciprocal Rank
   Fusion) over the two rankers above, each cut at the top ``k`` (``depth: k``,
-  ``lexical_matches_only: false``).
+  ``lexical_matches_only: false``);
+- ``fusion_time exact``, ``fusion_time hnsw``: :class:`~pipelines.memory.fusion.FusionTime`, the first
+  stage of ``rerank`` (calibrated fusion, session scoring with the session BM25 key and prior, time
+  awareness), scoring every held turn (``index: exact``), or, from ``--ann-min-items`` turns, the union
+  of BM25's and the graph's top ``k`` (its default, ``index: hnsw``, ``candidate_depth: k``). Each holds
+  its own rankers (its build includes BM25's tokens, the graph and the session keys).
 
 Build: seconds to observe every session (tokens, vectors) plus the untimed first query (the lazy
 build: BM25's matrix, the HNSW graph). Size: BM25's weight matrix, the dense vectors, the HNSW graph
@@ -65,6 +70,7 @@ from pipelines.data.schema import Episode, Query, Session, Turn  # noqa: E402
 from pipelines.data.synthetic_lexicon import NAMES, RELATIONS  # noqa: E402
 from pipelines.memory.bm25 import BM25, BM25Config, bm25_tokens, english_stopwords  # noqa: E402
 from pipelines.memory.dense import Dense, DenseConfig  # noqa: E402
+from pipelines.memory.fusion import FusionTime, FusionTimeConfig  # noqa: E402
 from pipelines.memory.hybrid import Hybrid, HybridConfig  # noqa: E402
 
 DIM = 384
@@ -231,7 +237,12 @@ def run(n: int, n_queries: int, k: int, ann_min_items: int, path: str | None, so
     strategies = {"bm25": BM25(BM25Config()),
                   "dense exact": Dense(DenseConfig(cache_dir=None), embedder=embedder),
                   "dense hnsw": Dense(DenseConfig(cache_dir=None, index="hnsw", ann_min_items=ann_min_items,
-                                                  hnsw_ef_search=ef_search), embedder=embedder)}
+                                                  hnsw_ef_search=ef_search), embedder=embedder),
+                  "fusion_time exact": FusionTime(FusionTimeConfig(cache_dir=None, index="exact"),
+                                                  embedder=embedder),
+                  "fusion_time hnsw": FusionTime(FusionTimeConfig(cache_dir=None, ann_min_items=ann_min_items,
+                                                                  hnsw_ef_search=ef_search, candidate_depth=k),
+                                                 embedder=embedder)}
     rows: dict[str, dict] = {}
     for name, strategy in strategies.items():
         log(f"{name}: observing {len(episode.sessions)} sessions and building the index ...")
@@ -241,11 +252,15 @@ def run(n: int, n_queries: int, k: int, ann_min_items: int, path: str | None, so
         observed = time.perf_counter() - t0
         strategy.retrieve(warm, k)                              # the lazy build
         rows[name] = {"observe_s": observed, "build_s": time.perf_counter() - t0 - observed}
-    bm25, exact, hnsw = strategies.values()
+    bm25, exact, hnsw = (strategies[name] for name in ("bm25", "dense exact", "dense hnsw"))
     rows["bm25"]["size_mb"] = bm25._index.nbytes / 2**20
     rows["dense exact"]["size_mb"] = exact._index.vectors.nbytes / 2**20
     rows["dense hnsw"]["size_mb"] = hnsw_nbytes(hnsw) / 2**20 or rows["dense exact"]["size_mb"]
     rows["dense hnsw"]["graph"] = hnsw._index.uses_ann(k)
+    for name in ("fusion_time exact", "fusion_time hnsw"):
+        fusion = strategies[name]
+        rows[name]["size_mb"] = (fusion.index_bytes() + hnsw_nbytes(fusion.dense)) / 2**20
+    rows["fusion_time hnsw"]["graph"] = strategies["fusion_time hnsw"].dense._index.uses_ann(k)  # union fused
     contenders = {**{name: s.retrieve for name, s in strategies.items()},
                   "rrf bm25+exact": rrf(bm25, exact, k, embedder).retrieve,
                   "rrf bm25+hnsw": rrf(bm25, hnsw, k, embedder).retrieve}
@@ -257,8 +272,10 @@ def run(n: int, n_queries: int, k: int, ann_min_items: int, path: str | None, so
         rows.setdefault(name, {}).update(p50_ms=float(np.percentile(ms, 50)), p95_ms=float(np.percentile(ms, 95)),
                                          mean_ms=float(np.mean(ms)),
                                          target_at_k=float(np.mean([t in top for t, top in zip(targets, tops[name])])))
-    for name in ("dense hnsw", "rrf bm25+hnsw"):
-        reference = tops["dense exact" if name == "dense hnsw" else "rrf bm25+exact"]
+    references = {"dense hnsw": "dense exact", "rrf bm25+hnsw": "rrf bm25+exact",
+                  "fusion_time hnsw": "fusion_time exact"}
+    for name, reference in references.items():
+        reference = tops[reference]
         rows[name]["recall@k"] = float(np.mean([len(set(a) & set(b)) / max(len(b), 1)
                                                 for a, b in zip(tops[name], reference)]))
     return {"n": n, "queries": len(queries), "k": k, "ann_min_items": ann_min_items, "hnsw_ef_search": ef_search,
@@ -270,7 +287,7 @@ def print_table(report: dict) -> None:
     print(f"\nfirst stage, {report['n']} turns, top-{report['k']}, {report['queries']} queries, "
           f"vectors: {report['vectors']}, hnsw ef_search {report['hnsw_ef_search']}, "
           f"OMP_NUM_THREADS={report['omp_num_threads']}")
-    head = (f"{'contender':<16}{'p50 ms':>9}{'p95 ms':>9}{'mean ms':>9}{'build s':>9}{'size MB':>9}{'target@k':>10}"
+    head = (f"{'contender':<19}{'p50 ms':>9}{'p95 ms':>9}{'mean ms':>9}{'build s':>9}{'size MB':>9}{'target@k':>10}"
             f"{'recall@k':>10}")
     print(head)
     print("-" * len(head))
@@ -278,13 +295,14 @@ def print_table(report: dict) -> None:
         build = f"{r['observe_s'] + r['build_s']:.1f}" if "build_s" in r else "-"
         size = f"{r['size_mb']:.1f}" if "size_mb" in r else "-"
         recall = f"{r['recall@k']:.3f}" if "recall@k" in r else "-"
-        print(f"{name:<16}{r['p50_ms']:>9.3f}{r['p95_ms']:>9.3f}{r['mean_ms']:>9.3f}{build:>9}{size:>9}"
+        print(f"{name:<19}{r['p50_ms']:>9.3f}{r['p95_ms']:>9.3f}{r['mean_ms']:>9.3f}{build:>9}{size:>9}"
               f"{r['target_at_k']:>10.3f}{recall:>10}")
-    for name in ("bm25", "dense hnsw"):
+    for name in ("bm25", "dense hnsw", "fusion_time hnsw"):
         r = report["rows"][name]
         print(f"{name}: observe {r['observe_s']:.1f} s + lazy build (first query) {r['build_s']:.1f} s")
-    if not report["rows"]["dense hnsw"].get("graph"):
-        print("dense hnsw: below ann_min_items, the graph is not in use (exact search)")
+    for name in ("dense hnsw", "fusion_time hnsw"):
+        if not report["rows"][name].get("graph"):
+            print(f"{name}: below ann_min_items, the graph is not in use (exact search)")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -39,6 +39,15 @@ Time awareness (``time``: ``rules`` or ``llm``; :mod:`.temporal`): when the ques
 z(S) and to their turns' f' (``time_mode: boost``), or every other dated session is dropped (``filter``): the
 time-aware query expansion of LongMemEval (section 5.4) with a range from rules or from a model.
 
+A large store (issue #18, point 4: the first stage under 2 ms p50 at 100k turns): from ``ann_min_items`` held
+turns with ``index: hnsw`` (the default here), a query for k turns fuses only the candidates U, the union of BM25's
+top L turns sharing a term with the query and the HNSW graph's top L (L = max(``candidate_depth``, k)), as a hybrid
+search engine does; z_r is then taken over U (Bruch et al. normalise over the retrieved lists too), the turns outside
+U are not scored, and in a session's score they count as the floor min_U f = sum_r w_r min_U z_r (so "max" is
+max(max_{d in U} f(d), floor) and "sum_top" fills its ranks past the session's candidates with the floor: every
+session still scores, and a session key or a date can still lift one without a candidate). Below ``ann_min_items``,
+or for a ranking deeper than the graph serves, every held turn is scored as above.
+
 The strategy holds one :class:`~.bm25.BM25` and one :class:`~.dense.Dense` (the shipped MiniLM, or a trained
 encoder through ``model_path``), built from its settings as :mod:`.hybrid` builds them, and sends observe /
 forget / reset / prepare / enter to both.
@@ -54,10 +63,10 @@ import numpy as np
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError
 from pipelines.memory.base import Retrieved, Selector, check_k, check_weights, register_strategy
-from pipelines.memory.bm25 import bm25_scores, bm25_tokens
+from pipelines.memory.bm25 import bm25_tokens
 from pipelines.memory.embeddings import Embedder
 from pipelines.memory.hybrid import RankerPair, RankersConfig
-from pipelines.memory.index import top_k
+from pipelines.memory.index import BM25Index, top_k
 
 CALIBRATIONS = ("zscore", "minmax")
 SESSION_POOLS = ("max", "sum_top")
@@ -79,12 +88,22 @@ def calibrate(scores: np.ndarray, method: str) -> np.ndarray:
     raise ConfigError(f"calibration must be one of {list(CALIBRATIONS)}, got {method!r}.")
 
 
-def pool_sessions(turn_scores: np.ndarray, session_of: np.ndarray, n_sessions: int, pool: str, m: int
-                  ) -> np.ndarray:
-    """Session scores (S,) from turn scores (N,) and each turn's session position (N,) in [0, S)."""
+def pool_sessions(turn_scores: np.ndarray, session_of: np.ndarray, n_sessions: int, pool: str, m: int,
+                  sizes: np.ndarray | None = None, floor: float = 0.0) -> np.ndarray:
+    """Session scores (S,) from turn scores (N,) and each turn's session position (N,) in [0, S).
+
+    With ``sizes`` (S,), the turns each session holds, of which ``turn_scores`` gives only some (the candidates of
+    a large store, :meth:`Fusion._candidates`), every turn not given scores ``floor`` (no lower than the given
+    ones' lowest possible score): a session with no given turn still scores from its ``floor`` turns, so that a
+    session key or a date can bring it in. Without, a session with no turn scores -inf.
+    """
+    given = np.bincount(session_of, minlength=n_sessions)                         # (S,) turns given per session
+    held = given if sizes is None else np.asarray(sizes)                         # (S,) turns held per session
     out = np.full(n_sessions, -np.inf)
     if pool == "max":
         np.maximum.at(out, session_of, turn_scores)
+        if sizes is not None:
+            out = np.where(held > given, np.maximum(out, floor), out)
         return out
     if pool != "sum_top":
         raise ConfigError(f"session_pool must be one of {list(SESSION_POOLS)}, got {pool!r}.")
@@ -95,8 +114,18 @@ def pool_sessions(turn_scores: np.ndarray, session_of: np.ndarray, n_sessions: i
     keep = rank < m
     out[:] = 0.0
     np.add.at(out, session_of[keep], turn_scores[keep] / (rank[keep] + 1))
-    out[np.bincount(session_of, minlength=n_sessions) == 0] = -np.inf
+    if sizes is not None:   # the floor turns fill ranks given+1 .. min(held, m): floor * sum 1/j over them
+        harmonic = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, m + 1))])   # (m+1,) H_j
+        out += floor * (harmonic[np.minimum(held, m)] - harmonic[np.minimum(given, m)])
+    out[held == 0] = -np.inf
     return out
+
+
+def rank_sessions(sessions: Sequence[str], scores: np.ndarray) -> list[str]:
+    """Session ids (S,) by score (S,), best first, equal scores to the newer (later) session; -inf left out."""
+    scores = np.asarray(scores, dtype=np.float64)
+    order = np.lexsort((-np.arange(len(scores)), -scores))
+    return [sessions[p] for p in order if np.isfinite(scores[p])]
 
 
 @dataclass(frozen=True)
@@ -118,6 +147,8 @@ class FusionConfig(RankersConfig):
     time_boost: float = 1.0            # added inside the range, decaying outside (boost; a ranker's min-max span is 1)
     time_llm: dict[str, Any] | None = None  # time: llm only: the model that reads the range (as llm.reader)
     llm_cache_dir: str | None = None   # the LLM layer's response cache of time_llm
+    index: str = "hnsw"                # the dense ranker's: an HNSW graph once ann_min_items turns are held
+    candidate_depth: int = 100         # graph in use: each ranker's top turns (at least k) are the ones fused
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -125,8 +156,10 @@ class FusionConfig(RankersConfig):
             raise ConfigError(f"fusion.calibration must be one of {list(CALIBRATIONS)}, got {self.calibration!r}.")
         if self.session_pool not in SESSION_POOLS:
             raise ConfigError(f"fusion.session_pool must be one of {list(SESSION_POOLS)}, got {self.session_pool!r}.")
-        if not isinstance(self.session_top, int) or isinstance(self.session_top, bool) or self.session_top < 1:
-            raise ConfigError(f"fusion.session_top must be a positive integer, got {self.session_top!r}.")
+        for name in ("session_top", "candidate_depth"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"fusion.{name} must be a positive integer, got {value!r}.")
         check_weights(self, "fusion", ("bm25_weight", "dense_weight", "session_key_weight", "session_prior",
                                        "time_boost"))
         if self.bm25_weight == 0 and self.dense_weight == 0:
@@ -173,7 +206,7 @@ class Fusion(RankerPair):
             expander = shared_writer("summariser", c.expansion_llm, c.llm_cache_dir, role="fusion.expansion_llm",
                                      instructed=c.expansion_llm_instructed)
         self.expander = expander   # sessions -> one summary each (pipelines.memory.writers.LLMSummariser), or None
-        self._last: tuple[tuple, list[str]] | None = None  # (what was asked, of which memory; its session ranking)
+        self._last: tuple | None = None  # (what was asked, of which memory; session ids (S,), their scores (S,))
         self.reset()
 
     def _build_time_reader(self):
@@ -192,7 +225,8 @@ class Fusion(RankerPair):
         return {"_session_docs": {},   # session id -> BM25 tokens of its whole text (the session key)
                 "_session_time": {},   # session id -> its timestamp
                 "_expansions": {},     # session id -> (the model's summary, its request, its vector (D,) or None)
-                "_changes": 0}         # observes and forgets so far (a cached session ranking is of one state)
+                "_changes": 0,         # observes and forgets so far (a cached session ranking is of one state)
+                "_layout_cache": None}  # the held memory's _Layout, made at the first query of a state
 
     def index_bytes(self) -> int:
         """BM25's weights and the dense vectors of the turns, and the session keys' tokens (8 bytes a token: a
@@ -219,7 +253,7 @@ class Fusion(RankerPair):
                 request = self.expander.request(session) if hasattr(self.expander, "request") else None
                 vector = self.dense.embedder.embed([summary])[0] if summary.strip() else None   # (D,)
                 self._expansions[session.id] = (summary, request, vector)
-            held = self.bm25.items[-len(session.turns):]     # the session's turns, just appended by the store
+            held = self.bm25._items[-len(session.turns):]    # the session's turns, just appended by the store
             self._session_docs[session.id] = self._key(session.id, [i.indexed_text(self.config.include_speaker)
                                                                     for i in held])
             self._session_time[session.id] = session.timestamp
@@ -237,6 +271,7 @@ class Fusion(RankerPair):
         before = {i.turn_id: i.session_id for i in self.bm25.items}
         removed = super().forget(selector)
         self._changes += 1
+        self._layout_cache = None      # its session keys' index holds the forgotten words
         held = {i.turn_id for i in self.bm25.items}
         touched = {sid for tid, sid in before.items() if tid not in held}
         stale = {sid for sid, (summary, _, _) in self._expansions.items()
@@ -265,57 +300,93 @@ class Fusion(RankerPair):
         return bm25_tokens(" ".join(texts), self.config.remove_stopwords)
 
     # --- scoring ----------------------------------------------------------------------------------
-    def _scores(self, query: Query) -> tuple[np.ndarray, list[str], np.ndarray]:
-        """(turn scores f' (N,) in store order, session ids (S,), session scores S (S,))."""
-        c = self.config
-        items = self.bm25.items
-        fused = np.zeros(len(items))                                              # (N,)
-        if c.bm25_weight:
-            fused += c.bm25_weight * calibrate(self.bm25._scores(query), c.calibration)
-        if c.dense_weight:
-            fused += c.dense_weight * calibrate(self.dense._scores(query), c.calibration)
-        sessions = list(dict.fromkeys(i.session_id for i in items))               # (S,) in observation order
-        position = {sid: p for p, sid in enumerate(sessions)}
-        session_of = np.asarray([position[i.session_id] for i in items])          # (N,)
-        pooled = pool_sessions(fused, session_of, len(sessions), c.session_pool, c.session_top)  # (S,)
-        if c.session_key_weight:
-            docs = [self._session_docs.get(sid, []) for sid in sessions]
-            key = bm25_scores(docs, bm25_tokens(query.question, c.remove_stopwords), c.k1, c.b, c.epsilon)
-            pooled = pooled + c.session_key_weight * calibrate(key, c.calibration)
-            vectors = [self._expansions.get(sid, (None, None, None))[2] for sid in sessions]   # (D,) or None each
-            if any(v is not None for v in vectors):   # the expansions' cosines (a session without one: the lowest)
-                q = self.dense.embedder.embed([query.question])[0]                   # (D,)
-                cos = np.asarray([float(v @ q) if v is not None else -1.0 for v in vectors])   # (S,)
-                pooled = pooled + c.session_key_weight * calibrate(cos, c.calibration)
-        if self._time_reader is not None:
-            from pipelines.memory.temporal import time_weights
+    def _layout(self) -> "_Layout":
+        """The held memory as the scoring reads it, made once per state (observe and forget change it)."""
+        layout = self._layout_cache
+        if layout is None or layout.changes != self._changes:
+            layout = self._layout_cache = _Layout.of(self)
+        return layout
 
-            window = self._time_reader(query)
-            adjust = time_weights([self._session_time.get(sid) for sid in sessions], window, c.time_mode,
-                                  boost=c.time_boost)                             # (S,) additive, -inf: filtered
-            pooled = pooled + adjust
-        else:
-            adjust = None
+    def _candidates(self, k: int | None, lexical: np.ndarray | None, q: np.ndarray | None) -> np.ndarray | None:
+        """The rows (U,) scored for a query for ``k`` turns, ascending, from its BM25 scores (N,) and its vector
+        (D,) (None for a ranker of weight 0); None: every held turn.
+
+        Below ``ann_min_items`` held turns (or with ``index: exact``, or a ranking deeper than the graph serves)
+        every turn is scored. Above, the first stage reads a large store as a search engine does: the union of
+        BM25's top L turns sharing a term with the query and the HNSW graph's top L (L = max(candidate_depth, k)),
+        each ranker's scores calibrated over that union (the min-max of Bruch et al. over the retrieved lists);
+        the other turns are not scored (-inf) and count, in their sessions' scores, as the union's lowest.
+        """
+        depth = max(self.config.candidate_depth, k or 0)
+        if k is None or not self.dense._index.uses_ann(depth):
+            return None
+        parts = []
+        if q is not None:
+            rows = self.dense._index.search(q, depth)                                # (L,)
+            if rows is None:
+                return None
+            parts.append(rows)
+        if lexical is not None:
+            rows = top_k(lexical, depth, background=0.0)                             # (L,)
+            parts.append(rows[lexical[rows] > 0])
+        return np.unique(np.concatenate(parts))
+
+    def _scores(self, query: Query, k: int | None = None) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """(turn scores f' (N,) in store order, -inf for the turns not scored; session ids (S,); session scores
+        S (S,)), for a query for ``k`` turns (None: every held turn scored)."""
+        c = self.config
+        layout = self._layout()
+        lexical = self.bm25._scores(query) if c.bm25_weight else None                # (N,)
+        q = self.dense.embedder.embed([query.question])[0] if c.dense_weight or layout.expanded.any() else None
+        rows = self._candidates(k, lexical, q if c.dense_weight else None)           # (U,) or None: all N
+        fused = np.zeros(layout.n if rows is None else len(rows))                    # (U,)
+        floor = 0.0                # what a turn outside the candidates counts in its session's score
+        if c.bm25_weight:
+            z = calibrate(lexical if rows is None else lexical[rows], c.calibration)
+            fused += c.bm25_weight * z
+            floor += c.bm25_weight * (z.min() if z.size else 0.0)
+        if c.dense_weight:
+            vectors = self.dense._index.vectors                                      # (N, D)
+            z = calibrate(vectors @ q if rows is None else vectors[rows] @ q, c.calibration)
+            fused += c.dense_weight * z
+            floor += c.dense_weight * (z.min() if z.size else 0.0)
+        session_of = layout.session_of if rows is None else layout.session_of[rows]  # (U,)
+        pooled = pool_sessions(fused, session_of, len(layout.sessions), c.session_pool, c.session_top,
+                               None if rows is None else layout.sizes, floor)         # (S,)
+        if c.session_key_weight:
+            key = layout.keys.scores(bm25_tokens(query.question, c.remove_stopwords))  # (S,)
+            pooled = pooled + c.session_key_weight * calibrate(key, c.calibration)
+            if layout.expanded.any():   # the expansions' cosines (a session without one: the lowest)
+                cos = np.where(layout.expanded, layout.expansions @ q, -1.0)   # (S,)
+                pooled = pooled + c.session_key_weight * calibrate(cos, c.calibration)
+        adjust = None
+        if self._time_reader is not None:
+            from pipelines.memory.temporal import day_weights
+
+            adjust = day_weights(layout.days, self._time_reader(query), c.time_mode, boost=c.time_boost)  # (S,)
+            pooled = pooled + adjust                                                 # -inf: filtered out
         if c.session_prior:
             fused = fused + c.session_prior * _calibrate_finite(pooled, c.calibration)[session_of]
         if adjust is not None:
             fused = fused + adjust[session_of]
-        return fused, sessions, pooled
+        if rows is not None:
+            scored, fused = fused, np.full(layout.n, -np.inf)                        # (N,)
+            fused[rows] = scored
+        return fused, layout.sessions, pooled
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
         if not len(self):
-            self._last = (self._asked(query), [])
+            self._last = (self._asked(query), [], np.zeros(0))
             return []
-        scores, sessions, pooled = self._scores(query)
-        items = self.bm25.items
-        # score desc, then newer first (rows ascend in observation order), without the turns a filter dropped (-inf)
-        ranking = [j for j in top_k(scores, k) if np.isfinite(scores[j])]
-        latest = {sid: p for p, sid in enumerate(sessions)}                       # later position = newer
-        ranked = sorted((s for s, v in zip(sessions, pooled) if np.isfinite(v)),
-                        key=lambda s: (-pooled[latest[s]], -latest[s]))
-        self._last = (self._asked(query), ranked)
-        return [items[j].retrieved(scores[j]) for j in ranking]
+        scores, sessions, pooled = self._scores(query, k)
+        items = self.bm25._items
+        # score desc, then newer first (rows ascend in observation order), without the turns not scored or
+        # dropped by a filter (-inf)
+        ranking = top_k(scores, k, background=-np.inf)
+        ranking = ranking[np.isfinite(scores[ranking])]
+        self._last = (self._asked(query), sessions, pooled)
+        return [items[j].retrieved(v) for j, v in zip(ranking.tolist(), scores[ranking].tolist())]
 
     def session_ranking(self, query: Query) -> list[str] | None:
         """The sessions by S; None when S is the best of a session's turns (``max``, no session key): the ranking
@@ -326,11 +397,48 @@ class Fusion(RankerPair):
             return None
         if self._last is None or self._last[0] != self._asked(query):
             self.retrieve(query, max(len(self), 1))
-        return list(self._last[1])
+        return rank_sessions(self._last[1], self._last[2])
 
     def _asked(self, query: Query) -> tuple:
         """What a session ranking answers: the query, in this episode's memory as it is now (items held)."""
         return (self.episode_id, query.id, query.question, query.timestamp, len(self), self._changes)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The held memory of a :class:`Fusion` as its scoring reads it (one state: ``changes`` observes / forgets)."""
+
+    changes: int
+    n: int                        # N held turns
+    sessions: list[str]           # (S,) session ids in observation order
+    session_of: np.ndarray        # (N,) int: each turn's session position
+    sizes: np.ndarray             # (S,) int: turns held per session
+    days: np.ndarray              # (S,) float: each session's day (proleptic ordinal), NaN undated
+    keys: BM25Index | None        # BM25 over the S session keys (session_key_weight > 0)
+    expansions: np.ndarray        # (S, D) float32: the key expansions' vectors (zeros without)
+    expanded: np.ndarray          # (S,) bool: the session has an embedded expansion
+
+    @classmethod
+    def of(cls, fusion: "Fusion") -> "_Layout":
+        c = fusion.config
+        items = fusion.bm25._items
+        sessions = list(dict.fromkeys(i.session_id for i in items))
+        position = {sid: p for p, sid in enumerate(sessions)}
+        session_of = np.fromiter((position[i.session_id] for i in items), dtype=np.int64, count=len(items))
+        times = [fusion._session_time.get(sid) for sid in sessions]
+        days = np.array([np.nan if t is None else t.toordinal() for t in times], dtype=np.float64)
+        keys = None
+        if c.session_key_weight:
+            keys = BM25Index(c.k1, c.b, c.epsilon)
+            keys.add([fusion._session_docs.get(sid, []) for sid in sessions])
+        vectors = [fusion._expansions.get(sid, (None, None, None))[2] for sid in sessions]
+        expanded = np.array([v is not None for v in vectors], dtype=bool)
+        dim = next((len(v) for v in vectors if v is not None), 0)
+        expansions = np.zeros((len(sessions), dim), dtype=np.float32)
+        for p in np.flatnonzero(expanded):
+            expansions[p] = vectors[p]
+        return cls(fusion._changes, len(items), sessions, session_of,
+                   np.bincount(session_of, minlength=len(sessions)), days, keys, expansions, expanded)
 
 
 def _calibrate_finite(scores: np.ndarray, method: str) -> np.ndarray:

@@ -51,6 +51,11 @@ class RankersConfig(StrategyConfig):
     device: str = "cpu"
     precision: str = "auto"
     forget_cached: bool = True
+    index: str = "exact"             # exact | hnsw: the dense ranker's index (an HNSW graph for large stores)
+    ann_min_items: int = 20_000      # hnsw: held turns from which the graph answers (exact below)
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 100
+    hnsw_ef_search: int = 100
     # forwarded to both
     include_speaker: bool = True
 
@@ -69,7 +74,9 @@ class RankersConfig(StrategyConfig):
         return DenseConfig(context_k=self.context_k, include_dates=self.include_dates, model_path=self.model_path,
                            model_name=self.model_name, cache_dir=self.cache_dir, batch_size=self.batch_size,
                            device=self.device, precision=self.precision, include_speaker=self.include_speaker,
-                           forget_cached=self.forget_cached)
+                           forget_cached=self.forget_cached, index=self.index, ann_min_items=self.ann_min_items,
+                           hnsw_m=self.hnsw_m, hnsw_ef_construction=self.hnsw_ef_construction,
+                           hnsw_ef_search=self.hnsw_ef_search)
 
 
 @dataclass(frozen=True)

@@ -242,16 +242,25 @@ class DenseIndex:
             self.ann.add(np.arange(start, self._n, dtype=np.int64), self.vectors[start:])
         return self.ann
 
-    def scores(self, query: np.ndarray, k: int | None = None) -> np.ndarray:
-        """Cosines (N,) float32 of ``query`` (D,) with every row, or, when a query for ``k`` items
-        goes through the graph (:meth:`uses_ann`), with the rows it returns and -inf elsewhere."""
-        vectors = self.vectors                                                   # (N, D)
-        if k is None or not self.uses_ann(k):
-            return vectors @ query                                               # (N,)
+    def search(self, query: np.ndarray, k: int) -> np.ndarray | None:
+        """Rows (k,) the graph returns for ``query`` (D,) when a query for ``k`` items goes through it
+        (:meth:`uses_ann`); None when it does not (answer exactly), or when hnswlib finds fewer than
+        ``k`` items (a sparse graph)."""
+        if not self.uses_ann(k):
+            return None
         try:
             rows, _ = self._graph().search(query, k)                             # (k,), approximate cosines
-        except RuntimeError:     # hnswlib found fewer than k items (a sparse graph): answer exactly
-            return vectors @ query
+        except RuntimeError:
+            return None
+        return np.asarray(rows, dtype=np.int64)
+
+    def scores(self, query: np.ndarray, k: int | None = None) -> np.ndarray:
+        """Cosines (N,) float32 of ``query`` (D,) with every row, or, when a query for ``k`` items
+        goes through the graph (:meth:`search`), with the rows it returns and -inf elsewhere."""
+        vectors = self.vectors                                                   # (N, D)
+        rows = None if k is None else self.search(query, k)
+        if rows is None:
+            return vectors @ query                                               # (N,)
         out = np.full(self._n, -np.inf, dtype=np.float32)                        # (N,)
         out[rows] = vectors[rows] @ query
         return out

@@ -34,7 +34,7 @@ import numpy as np
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
 from pipelines.memory.base import Retrieved, check_k, check_weights, register_strategy
-from pipelines.memory.fusion import Fusion, FusionTimeConfig, calibrate
+from pipelines.memory.fusion import Fusion, FusionTimeConfig, calibrate, rank_sessions
 from pipelines.memory.index import top_k
 from pipelines.training.folds import HeldOutModels
 
@@ -137,27 +137,28 @@ class Rerank(Fusion):
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
         if not len(self):
-            self._last = (self._asked(query), [])
+            self._last = (self._asked(query), [], np.zeros(0))
             return []
         c = self.config
-        fused, sessions, pooled = self._scores(query)                           # (N,), (S,), (S,)
-        items = self.bm25.items
-        candidates = [j for j in top_k(fused, c.depth) if np.isfinite(fused[j])]   # C, best first
+        fused, sessions, pooled = self._scores(query, max(c.depth, k))          # (N,), (S,), (S,)
+        items = self.bm25._items
+        candidates = top_k(fused, c.depth, background=-np.inf)
+        candidates = candidates[np.isfinite(fused[candidates])].tolist()       # C, best first
         cross = self._cross_scores(query.question, [items[j].indexed_text(True) for j in candidates])   # (C,)
         final = np.full(len(items), -np.inf)                                    # (N,)
         if candidates:
             rows = np.asarray(candidates)
             final[rows] = calibrate(fused[rows], c.calibration) + c.rerank_weight * calibrate(cross, c.calibration)
-            rest = np.isfinite(fused) & ~np.isin(np.arange(len(items)), rows)
+            rest = np.isfinite(fused)                                           # (N,) scored, not in C
+            rest[rows] = False
             if rest.any():        # below every candidate, in the first stage's order
                 final[rest] = fused[rest] - fused[rest].max() + final[rows].min() - 1.0
-        ranking = [j for j in top_k(final, k) if np.isfinite(final[j])]
+        ranking = top_k(final, k, background=-np.inf)
+        ranking = ranking[np.isfinite(final[ranking])]
         # sessions: S' = z(S) + w_s * z(best candidate's s(q, d)), filtered sessions (-inf) stay out
-        position = {sid: p for p, sid in enumerate(sessions)}
         best = np.full(len(sessions), -np.inf)                                  # (S,)
-        for j, v in zip(candidates, cross):
-            p = position[items[j].session_id]
-            best[p] = max(best[p], v)
+        if candidates:
+            np.maximum.at(best, self._layout().session_of[np.asarray(candidates)], cross)
         lifted = np.zeros(len(sessions))
         has = np.isfinite(best)
         if has.any():
@@ -166,13 +167,11 @@ class Rerank(Fusion):
         scored = np.full(len(sessions), -np.inf)
         if finite.any():
             scored[finite] = calibrate(pooled[finite], c.calibration) + c.w_s * lifted[finite]
-        ranked = sorted((s for s, v in zip(sessions, scored) if np.isfinite(v)),
-                        key=lambda s: (-scored[position[s]], -position[s]))
-        self._last = (self._asked(query), ranked)
-        return [items[j].retrieved(final[j]) for j in ranking]
+        self._last = (self._asked(query), sessions, scored)
+        return [items[j].retrieved(v) for j, v in zip(ranking.tolist(), final[ranking].tolist())]
 
     def session_ranking(self, query: Query) -> list[str] | None:
         """The sessions by S' (the cross-encoder's best candidate in each lifts it)."""
         if self._last is None or self._last[0] != self._asked(query):
             self.retrieve(query, max(len(self), 1))
-        return list(self._last[1])
+        return rank_sessions(self._last[1], self._last[2])

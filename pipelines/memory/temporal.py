@@ -530,6 +530,14 @@ def time_weights(timestamps: Sequence[datetime | date | None], time_range: TimeR
       to a common scale (cosines, probabilities, min-max normalised scores; not raw BM25): 0.1 lifts an in-range
       item over an out-of-range one up to 0.1 more similar.
     """
+    days = np.array([np.nan if t is None else t.toordinal() for t in timestamps], dtype=float)   # (N,)
+    return day_weights(days, time_range, mode, boost=boost, scale_days=scale_days, slack_days=slack_days)
+
+
+def day_weights(days: np.ndarray, time_range: TimeRange | None, mode: str, *, boost: float = 0.1,
+                scale_days: float = 7.0, slack_days: float = LONGMEMEVAL_SLACK_DAYS) -> np.ndarray:
+    """:func:`time_weights` of items given by their days (N,) float: proleptic Gregorian ordinals, NaN undated
+    (a store that keeps its items' days computes them once, not at every query)."""
     if mode not in MODES:
         raise ValueError(f"time_weights mode must be one of {', '.join(MODES)}, got {mode!r}.")
     for name, value, positive in (("boost", boost, False), ("scale_days", scale_days, True),
@@ -538,10 +546,9 @@ def time_weights(timestamps: Sequence[datetime | date | None], time_range: TimeR
                 or value < 0 or (positive and value == 0):
             raise ValueError(f"time_weights {name} must be a finite number {'> 0' if positive else '>= 0'}, "
                              f"got {value!r}.")
-    n = len(timestamps)
+    n = len(days)
     if time_range is None:
         return np.zeros(n)
-    days = np.array([np.nan if t is None else t.toordinal() for t in timestamps], dtype=float)   # (N,)
     lo = time_range.start.toordinal() - slack_days if time_range.start is not None else -np.inf
     hi = time_range.end.toordinal() + slack_days if time_range.end is not None else np.inf
     distance = np.maximum(np.maximum(lo - days, days - hi), 0.0)                                 # (N,) NaN: undated

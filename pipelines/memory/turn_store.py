@@ -106,7 +106,8 @@ class TurnStrategy(MemoryStrategy):
             return []
         scores, background = self._ranked_scores(query, k)          # (N,)
         # rows ascend in observation order (observe appends, forget keeps the order): a later row is a newer turn
-        return [self._items[j].retrieved(scores[j]) for j in top_k(scores, k, background)]
+        ranking = top_k(scores, k, background)
+        return [self._items[j].retrieved(v) for j, v in zip(ranking.tolist(), scores[ranking].tolist())]
 
     # --- hooks ------------------------------------------------------------------
     @abstractmethod

@@ -10,7 +10,8 @@ from pipelines.memory.bm25 import english_stopwords
 from tests.benchmarks._script import load
 from tests.memory.conftest import build_episode
 
-CONTENDERS = ("bm25", "dense exact", "dense hnsw", "rrf bm25+exact", "rrf bm25+hnsw")
+CONTENDERS = ("bm25", "dense exact", "dense hnsw", "fusion_time exact", "fusion_time hnsw", "rrf bm25+exact",
+              "rrf bm25+hnsw")
 
 
 def test_synthetic_turns_are_seeded_sentences_of_a_fixed_vocabulary():
@@ -38,6 +39,9 @@ def test_smoke_run_prints_a_row_per_contender(capsys, tmp_path):
     assert set(rows) == set(CONTENDERS) and report["queries"] == 6
     assert all(r["p50_ms"] > 0 and 0 <= r["target_at_k"] <= 1 for r in rows.values())
     assert rows["dense hnsw"]["graph"] is True and 0 <= rows["dense hnsw"]["recall@k"] <= 1
+    # rerank's first stage: from ann_min_items it fuses the union of BM25's and the graph's top k
+    assert rows["fusion_time hnsw"]["graph"] is True and 0 <= rows["fusion_time hnsw"]["recall@k"] <= 1
+    assert rows["fusion_time hnsw"]["size_mb"] > rows["fusion_time exact"]["size_mb"] > rows["dense exact"]["size_mb"]
     assert rows["bm25"]["size_mb"] > 0 and rows["dense exact"]["size_mb"] == 400 * 384 * 4 / 2**20
 
 

@@ -11,6 +11,7 @@ from pipelines.errors import ConfigError
 from pipelines.memory import STRATEGIES, Selector, build_strategy
 from pipelines.memory.embeddings import load_encoder
 from pipelines.memory.fusion import Fusion, FusionSessions, FusionTime, calibrate, pool_sessions
+from pipelines.memory.index import top_k
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,22 @@ def test_pool_sessions_max_and_sum_of_the_top_m_by_hand():
         [0.9 + 0.1 / 2, 0.5 + 0.4 / 2, 0.8])
     # a session holding no turn scores -inf (it cannot rank)
     assert pool_sessions(turn, session_of, 4, "sum_top", 2)[3] == -np.inf
+
+
+def test_pool_sessions_counts_the_turns_not_given_as_the_floor():
+    # the candidates of a large store: 3 given turns, sessions holding 4, 1 and 2 turns; the others count 0.1
+    turn, session_of, sizes = np.array([0.9, 0.5, 0.2]), np.array([0, 0, 2]), np.array([4, 1, 2])
+    summed = pool_sessions(turn, session_of, 3, "sum_top", 3, sizes=sizes, floor=0.1)
+    assert summed.tolist() == pytest.approx([0.9 + 0.5 / 2 + 0.1 / 3,   # its 3rd best turn is a floor turn
+                                             0.1,                       # no candidate: its one turn at the floor
+                                             0.2 + 0.1 / 2])
+    assert pool_sessions(turn, session_of, 3, "max", 3, sizes=sizes, floor=0.1).tolist() == pytest.approx(
+        [0.9, 0.1, 0.2])
+    assert pool_sessions(turn, session_of, 3, "max", 3)[1] == -np.inf   # without sizes: no turn, no score
+    # every turn given: the same as without sizes
+    full = np.array([0, 0, 1, 2])
+    assert pool_sessions(np.array([0.9, 0.5, 0.3, 0.2]), full, 3, "sum_top", 3, sizes=np.array([2, 1, 1]),
+                         floor=-5.0).tolist() == pytest.approx([0.9 + 0.5 / 2, 0.3, 0.2])
 
 
 def test_presets_are_registered_with_their_ingredients():
@@ -285,3 +302,45 @@ def test_forgetting_a_turn_drops_its_session_s_expansion_and_the_model_s_answer(
     assert set(strategy._expansions) == {"e1:S1", "e1:S3"}
     strategy.forget(Selector.of(speakers=["Ana"]))         # every summary names Ana
     assert strategy._expansions == {} and sorted(expander.forgotten) == ["e1:S1", "e1:S2", "e1:S3"]
+
+
+# --- a large store: the union of each ranker's top turns ------------------------------------------------------
+
+def test_from_ann_min_items_only_the_union_of_each_rankers_top_turns_is_fused(fusion, episode, fill, q):
+    exact = fusion(index="exact")
+    large = fusion(ann_min_items=5, candidate_depth=2)   # 9 held turns: "large" from 5, the graph answers
+    for s in (exact, large):
+        fill(s, episode)
+    assert large.dense.config.index == "hnsw" and large.dense._index.uses_ann(2)
+    query = q("Biscuit chewed my shoes")
+    lexical = large.bm25._scores(query)                                            # (9,)
+    cos = large.dense._index.vectors @ large.dense.embedder.embed([query.question])[0]   # (9,)
+    lexical_top = [j for j in top_k(lexical, 2, background=0.0) if lexical[j] > 0]
+    union = sorted(set(lexical_top) | set(np.argsort(-cos)[:2].tolist()))
+    scores, sessions, _ = large._scores(query, 2)
+    assert np.flatnonzero(np.isfinite(scores)).tolist() == union                   # the others are not scored
+    expected = calibrate(lexical[union], "minmax") + calibrate(cos[union], "minmax")   # over the union only
+    assert scores[union] == pytest.approx(expected)
+    top = ids(large.retrieve(query, 2))
+    assert top == [large.bm25.items[j].turn_id for j in np.asarray(union)[np.argsort(-expected)[:2]]]
+    assert top[0] == ids(exact.retrieve(query, 2))[0] == "e1:S3:T1"
+    # a ranking deeper than the graph serves scores every held turn, as the exact store does
+    assert ids(large.retrieve(query, len(large))) == ids(exact.retrieve(query, len(exact)))
+
+
+def test_a_large_store_still_ranks_every_session(fusion, episode, fill, q):
+    large = fusion("fusion_time", ann_min_items=5, candidate_depth=1)
+    fill(large, episode)
+    query = q("pharmacist")
+    scores, sessions, pooled = large._scores(query, 1)
+    scored_sessions = {large.bm25.items[j].session_id for j in np.flatnonzero(np.isfinite(scores))}
+    assert scored_sessions < set(sessions)                         # some session has no candidate turn ...
+    assert np.isfinite(pooled).all()                               # ... yet scores (its turns at the floor)
+    large.retrieve(query, 1)
+    ranking = large.session_ranking(query)
+    assert sorted(ranking) == sorted(sessions) and ranking[0] == "e1:S2"
+
+
+def test_bad_candidate_depth_names_the_setting():
+    with pytest.raises(ConfigError, match="candidate_depth"):
+        build_strategy("fusion", candidate_depth=0)

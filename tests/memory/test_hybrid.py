@@ -191,6 +191,10 @@ def test_settings_are_forwarded_to_both_rankers(minilm, tmp_path):
     assert strategy.dense.embedder.encoder is minilm and strategy.dense.embedder.batch_size == 16
     assert strategy.dense.embedder.cache.path == tmp_path / "embeddings.sqlite3"
     assert strategy.dense.config.forget_cached is False
+    large = build_strategy("hybrid", cache_dir=str(tmp_path), index="hnsw", ann_min_items=50, hnsw_m=8,
+                           hnsw_ef_construction=40, hnsw_ef_search=20)
+    c = large.dense.config
+    assert (c.index, c.ann_min_items, c.hnsw_m, c.hnsw_ef_construction, c.hnsw_ef_search) == ("hnsw", 50, 8, 40, 20)
 
 
 def test_unknown_setting():

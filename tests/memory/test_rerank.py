@@ -139,3 +139,17 @@ def test_missing_and_unset_models_are_reported(tmp_path):
         build_strategy("rerank", reranker_path=str(tmp_path))
     with pytest.raises(ConfigError, match="rerank.depth"):
         build_strategy("rerank", reranker_path=str(tmp_path), depth=0)
+
+
+def test_on_a_large_store_the_cross_encoder_reads_the_top_of_the_first_stages_union(tmp_path, tiny):
+    path = _saved(tmp_path, tiny)
+    strategy = build_strategy("rerank", reranker_path=str(path), depth=3, ann_min_items=5, candidate_depth=3)
+    episode = _observed(strategy)
+    oracle = _with_oracle(strategy, path, set())
+    fused, sessions, _ = strategy._scores(QUESTION, 3)
+    union = set(np.flatnonzero(np.isfinite(fused)).tolist())       # BM25's and the graph's top 3
+    assert 3 <= len(union) < len(strategy)
+    rows = {i.turn_id: j for j, i in enumerate(strategy.bm25.items)}
+    items = strategy.retrieve(QUESTION, 3)
+    assert oracle.pairs == 3 and {rows[i.turn_id] for i in items} <= union
+    assert sorted(strategy.session_ranking(QUESTION)) == sorted(s.id for s in episode.sessions if s.turns)
