@@ -99,21 +99,22 @@ def pool_sessions(turn_scores: np.ndarray, session_of: np.ndarray, n_sessions: i
     """
     given = np.bincount(session_of, minlength=n_sessions)                         # (S,) turns given per session
     held = given if sizes is None else np.asarray(sizes)                         # (S,) turns held per session
-    out = np.full(n_sessions, -np.inf)
-    if pool == "max":
-        np.maximum.at(out, session_of, turn_scores)
+    if pool not in SESSION_POOLS:
+        raise ConfigError(f"session_pool must be one of {list(SESSION_POOLS)}, got {pool!r}.")
+    order = np.lexsort((-turn_scores, session_of))         # (N,) by session, best turn first within it
+    grouped = session_of[order]
+    position = np.arange(len(order))
+    starts = np.r_[True, grouped[1:] != grouped[:-1]] if len(order) else np.zeros(0, dtype=bool)
+    if pool == "max":                                       # a session's best turn: the first of its group
+        out = np.full(n_sessions, -np.inf)
+        out[grouped[starts]] = turn_scores[order][starts]
         if sizes is not None:
             out = np.where(held > given, np.maximum(out, floor), out)
         return out
-    if pool != "sum_top":
-        raise ConfigError(f"session_pool must be one of {list(SESSION_POOLS)}, got {pool!r}.")
-    order = np.lexsort((-turn_scores, session_of))         # by session, best turn first within it
-    rank = np.empty_like(order)
-    starts = np.searchsorted(session_of[order], np.arange(n_sessions))
-    rank[order] = np.arange(len(order)) - starts[session_of[order]]  # 0 for a session's best turn
+    rank = position - np.maximum.accumulate(np.where(starts, position, 0))   # (N,) 0 for a session's best turn
     keep = rank < m
-    out[:] = 0.0
-    np.add.at(out, session_of[keep], turn_scores[keep] / (rank[keep] + 1))
+    out = np.bincount(grouped[keep], weights=turn_scores[order][keep] / (rank[keep] + 1),
+                      minlength=n_sessions).astype(np.float64)               # (S,) sum_j f_(j) / j
     if sizes is not None:   # the floor turns fill ranks given+1 .. min(held, m): floor * sum 1/j over them
         harmonic = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, m + 1))])   # (m+1,) H_j
         out += floor * (harmonic[np.minimum(held, m)] - harmonic[np.minimum(given, m)])
@@ -334,6 +335,16 @@ class Fusion(RankerPair):
     def _scores(self, query: Query, k: int | None = None) -> tuple[np.ndarray, list[str], np.ndarray]:
         """(turn scores f' (N,) in store order, -inf for the turns not scored; session ids (S,); session scores
         S (S,)), for a query for ``k`` turns (None: every held turn scored)."""
+        rows, fused, sessions, pooled = self._fuse(query, k)
+        if rows is not None:
+            scored, fused = fused, np.full(len(self), -np.inf)                        # (N,)
+            fused[rows] = scored
+        return fused, sessions, pooled
+
+    def _fuse(self, query: Query, k: int | None = None
+              ) -> tuple[np.ndarray | None, np.ndarray, list[str], np.ndarray]:
+        """(the rows scored (U,) ascending, or None for every held turn; their scores f' (U,) or (N,); session
+        ids (S,); session scores S (S,)). A large store's query touches U turns and S sessions, never all N."""
         c = self.config
         layout = self._layout()
         lexical = self.bm25._scores(query) if c.bm25_weight else None                # (N,)
@@ -369,24 +380,25 @@ class Fusion(RankerPair):
             fused = fused + c.session_prior * _calibrate_finite(pooled, c.calibration)[session_of]
         if adjust is not None:
             fused = fused + adjust[session_of]
-        if rows is not None:
-            scored, fused = fused, np.full(layout.n, -np.inf)                        # (N,)
-            fused[rows] = scored
-        return fused, layout.sessions, pooled
+        return rows, fused, layout.sessions, pooled
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
         if not len(self):
             self._last = (self._asked(query), [], np.zeros(0))
             return []
-        scores, sessions, pooled = self._scores(query, k)
-        items = self.bm25._items
-        # score desc, then newer first (rows ascend in observation order), without the turns not scored or
-        # dropped by a filter (-inf)
-        ranking = top_k(scores, k, background=-np.inf)
-        ranking = ranking[np.isfinite(scores[ranking])]
+        rows, scores, sessions, pooled = self._fuse(query, k)
         self._last = (self._asked(query), sessions, pooled)
-        return [items[j].retrieved(v) for j, v in zip(ranking.tolist(), scores[ranking].tolist())]
+        return self._retrieved(rows, scores, k)
+
+    def _retrieved(self, rows: np.ndarray | None, scores: np.ndarray, k: int) -> list[Retrieved]:
+        """The ``k`` best of the scored turns (rows (U,) ascending and their scores (U,); None: every row, (N,)):
+        score desc, then newer first (rows ascend in observation order), without those a filter dropped (-inf)."""
+        best = top_k(scores, k, background=-np.inf)                                   # positions in scores
+        best = best[np.isfinite(scores[best])]
+        ranking = best if rows is None else rows[best]
+        items = self.bm25._items
+        return [items[j].retrieved(v) for j, v in zip(ranking.tolist(), scores[best].tolist())]
 
     def session_ranking(self, query: Query) -> list[str] | None:
         """The sessions by S; None when S is the best of a session's turns (``max``, no session key): the ranking

@@ -140,25 +140,25 @@ class Rerank(Fusion):
             self._last = (self._asked(query), [], np.zeros(0))
             return []
         c = self.config
-        fused, sessions, pooled = self._scores(query, max(c.depth, k))          # (N,), (S,), (S,)
+        rows, fused, sessions, pooled = self._fuse(query, max(c.depth, k))     # (U,), (U,), (S,), (S,)
+        if rows is None:                                                        # every held turn scored
+            rows = np.arange(len(fused))
         items = self.bm25._items
-        candidates = top_k(fused, c.depth, background=-np.inf)
-        candidates = candidates[np.isfinite(fused[candidates])].tolist()       # C, best first
-        cross = self._cross_scores(query.question, [items[j].indexed_text(True) for j in candidates])   # (C,)
-        final = np.full(len(items), -np.inf)                                    # (N,)
-        if candidates:
-            rows = np.asarray(candidates)
-            final[rows] = calibrate(fused[rows], c.calibration) + c.rerank_weight * calibrate(cross, c.calibration)
-            rest = np.isfinite(fused)                                           # (N,) scored, not in C
-            rest[rows] = False
+        top = top_k(fused, c.depth, background=-np.inf)
+        top = top[np.isfinite(fused[top])]                                      # C (positions in U), best first
+        candidates = rows[top]
+        cross = self._cross_scores(query.question, [items[j].indexed_text(True) for j in candidates.tolist()])  # (C,)
+        final = np.full(len(rows), -np.inf)                                     # (U,)
+        if top.size:
+            final[top] = calibrate(fused[top], c.calibration) + c.rerank_weight * calibrate(cross, c.calibration)
+            rest = np.isfinite(fused)                                           # (U,) scored, not in C
+            rest[top] = False
             if rest.any():        # below every candidate, in the first stage's order
-                final[rest] = fused[rest] - fused[rest].max() + final[rows].min() - 1.0
-        ranking = top_k(final, k, background=-np.inf)
-        ranking = ranking[np.isfinite(final[ranking])]
+                final[rest] = fused[rest] - fused[rest].max() + final[top].min() - 1.0
         # sessions: S' = z(S) + w_s * z(best candidate's s(q, d)), filtered sessions (-inf) stay out
         best = np.full(len(sessions), -np.inf)                                  # (S,)
-        if candidates:
-            np.maximum.at(best, self._layout().session_of[np.asarray(candidates)], cross)
+        if top.size:
+            np.maximum.at(best, self._layout().session_of[candidates], cross)
         lifted = np.zeros(len(sessions))
         has = np.isfinite(best)
         if has.any():
@@ -168,7 +168,7 @@ class Rerank(Fusion):
         if finite.any():
             scored[finite] = calibrate(pooled[finite], c.calibration) + c.w_s * lifted[finite]
         self._last = (self._asked(query), sessions, scored)
-        return [items[j].retrieved(v) for j, v in zip(ranking.tolist(), final[ranking].tolist())]
+        return self._retrieved(rows, final, k)
 
     def session_ranking(self, query: Query) -> list[str] | None:
         """The sessions by S' (the cross-encoder's best candidate in each lifts it)."""
