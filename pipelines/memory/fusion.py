@@ -126,7 +126,7 @@ def rank_sessions(sessions: Sequence[str], scores: np.ndarray) -> list[str]:
     """Session ids (S,) by score (S,), best first, equal scores to the newer (later) session; -inf left out."""
     scores = np.asarray(scores, dtype=np.float64)
     order = np.lexsort((-np.arange(len(scores)), -scores))
-    return [sessions[p] for p in order if np.isfinite(scores[p])]
+    return [sessions[p] for p in order[np.isfinite(scores[order])].tolist()]
 
 
 @dataclass(frozen=True)
