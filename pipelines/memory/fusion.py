@@ -103,14 +103,14 @@ def pool_sessions(turn_scores: np.ndarray, session_of: np.ndarray, n_sessions: i
         raise ConfigError(f"session_pool must be one of {list(SESSION_POOLS)}, got {pool!r}.")
     order = np.lexsort((-turn_scores, session_of))         # (N,) by session, best turn first within it
     grouped = session_of[order]
-    position = np.arange(len(order))
-    starts = np.r_[True, grouped[1:] != grouped[:-1]] if len(order) else np.zeros(0, dtype=bool)
+    starts = np.r_[True, grouped[1:] != grouped[:-1]] if len(order) else np.zeros(0, dtype=bool)  # group firsts
     if pool == "max":                                       # a session's best turn: the first of its group
         out = np.full(n_sessions, -np.inf)
         out[grouped[starts]] = turn_scores[order][starts]
         if sizes is not None:
             out = np.where(held > given, np.maximum(out, floor), out)
         return out
+    position = np.arange(len(order))
     rank = position - np.maximum.accumulate(np.where(starts, position, 0))   # (N,) 0 for a session's best turn
     keep = rank < m
     out = np.bincount(grouped[keep], weights=turn_scores[order][keep] / (rank[keep] + 1),
@@ -334,7 +334,8 @@ class Fusion(RankerPair):
 
     def _scores(self, query: Query, k: int | None = None) -> tuple[np.ndarray, list[str], np.ndarray]:
         """(turn scores f' (N,) in store order, -inf for the turns not scored; session ids (S,); session scores
-        S (S,)), for a query for ``k`` turns (None: every held turn scored)."""
+        S (S,)), for a query for ``k`` turns (None: every held turn scored). The store-wide view of :meth:`_fuse`,
+        for inspection (the strategy itself ranks :meth:`_fuse`'s candidates and never builds it)."""
         rows, fused, sessions, pooled = self._fuse(query, k)
         if rows is not None:
             scored, fused = fused, np.full(len(self), -np.inf)                        # (N,)
