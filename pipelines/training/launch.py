@@ -7,7 +7,10 @@ topology, the stage code stays the same (deploy/README.md):
     accelerate: python -m accelerate.commands.launch --config_file deploy/accelerate/X.yaml [--num_processes N]
                     -m pipelines run STAGE
     torchrun:   python -m torch.distributed.run --nproc_per_node N -m pipelines run STAGE
-    deepspeed:  python -m deepspeed.launcher.runner --num_gpus N --module pipelines run STAGE
+    deepspeed:  python -m deepspeed.launcher.runner --num_gpus N --no_local_rank --module pipelines run STAGE
+
+(``--no_local_rank``: DeepSpeed's runner otherwise appends ``--local_rank=N`` to the program's arguments, which
+the stage CLI does not take; every launcher sets ``LOCAL_RANK`` in the environment, which the engine reads.)
 
 ``extra_args`` are launcher options (e.g. ``["--main_process_port", "29600"]`` or
 ``["--nnodes", "2", "--node_rank", "0"]``); ``stage_args`` follow ``run STAGE`` (e.g.
@@ -90,4 +93,5 @@ def launch_command(stage_name: str, launcher: str = "accelerate", accelerate_con
         return [py, "-m", "torch.distributed.run", "--nproc_per_node", str(num_processes), *extra_args, *module]
     if entry is None:
         module = ["--module", "pipelines", "run", stage_name, *stage_args]  # the deepspeed runner's spelling
-    return [py, "-m", "deepspeed.launcher.runner", "--num_gpus", str(num_processes), *extra_args, *module]
+    return [py, "-m", "deepspeed.launcher.runner", "--num_gpus", str(num_processes), "--no_local_rank", *extra_args,
+            *module]

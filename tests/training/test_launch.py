@@ -35,7 +35,7 @@ def test_torchrun_deepspeed_and_python():
     assert launch_command("s", launcher="torchrun", num_processes=8, extra_args=["--nnodes", "2"]) == [
         PY, "-m", "torch.distributed.run", "--nproc_per_node", "8", "--nnodes", "2", "-m", "pipelines", "run", "s"]
     assert launch_command("s", launcher="deepspeed", num_processes=4) == [
-        PY, "-m", "deepspeed.launcher.runner", "--num_gpus", "4", "--module", "pipelines", "run", "s"]
+        PY, "-m", "deepspeed.launcher.runner", "--num_gpus", "4", "--no_local_rank", "--module", "pipelines", "run", "s"]
     assert launch_command("s", launcher="python") == [PY, "-m", "pipelines", "run", "s"]
     assert launch_command("s", launcher="torchrun", entry=["bench.py", "--tiny"]) == [
         PY, "-m", "torch.distributed.run", "--nproc_per_node", "1", "bench.py", "--tiny"]
