@@ -67,6 +67,7 @@ from pipelines.memory.bm25 import bm25_tokens
 from pipelines.memory.embeddings import Embedder
 from pipelines.memory.hybrid import RankerPair, RankersConfig
 from pipelines.memory.index import BM25Index, top_k
+from pipelines.memory.turn_store import retrieved_turns
 
 CALIBRATIONS = ("zscore", "minmax")
 SESSION_POOLS = ("max", "sum_top")
@@ -230,10 +231,15 @@ class Fusion(RankerPair):
                 "_layout_cache": None}  # the held memory's _Layout, made at the first query of a state
 
     def index_bytes(self) -> int:
-        """BM25's weights and the dense vectors of the turns, and the session keys' tokens (8 bytes a token: a
-        pointer to an interned string)."""
-        keys = 8 * sum(len(tokens) for tokens in self._session_docs.values()) if self.config.session_key_weight else 0
-        return super().index_bytes() + keys
+        """BM25's weights and the dense vectors of the turns, and what session scoring holds beside them: the
+        session keys' tokens (8 bytes a token: a pointer to an interned string), their BM25 weights and the key
+        expansions' vectors (the layout, made once per memory state)."""
+        held = super().index_bytes()
+        if not self.config.session_key_weight or not len(self):
+            return held
+        layout = self._layout()
+        tokens = 8 * sum(len(tokens) for tokens in self._session_docs.values())
+        return held + tokens + layout.keys.nbytes + layout.expansions.nbytes
 
     def prepare(self, episodes: Sequence[Episode]) -> None:
         """The rankers' batched embeddings; with ``key_expansion: llm``, every session's expansion written in one
@@ -398,8 +404,7 @@ class Fusion(RankerPair):
         best = top_k(scores, k, background=-np.inf)                                   # positions in scores
         best = best[np.isfinite(scores[best])]
         ranking = best if rows is None else rows[best]
-        items = self.bm25._items
-        return [items[j].retrieved(v) for j, v in zip(ranking.tolist(), scores[best].tolist())]
+        return retrieved_turns(self.bm25._items, ranking, scores[best])
 
     def session_ranking(self, query: Query) -> list[str] | None:
         """The sessions by S; None when S is the best of a session's turns (``max``, no session key): the ranking

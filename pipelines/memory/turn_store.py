@@ -16,6 +16,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Sequence
 
 import numpy as np
 
@@ -42,9 +43,13 @@ class TurnItem:
         return f"{self.speaker}: {self.text}" if include_speaker else self.text
 
     def retrieved(self, score: float) -> Retrieved:
-        return Retrieved(score=float(score), text=self.text, session_id=self.session_id,
-                         turn_id=self.turn_id, speaker=self.speaker, timestamp=self.timestamp,
-                         order=self.order)
+        return Retrieved.built(float(score), self.text, self.session_id, self.turn_id, None, self.speaker,
+                               self.timestamp, self.order)
+
+
+def retrieved_turns(items: Sequence[TurnItem], rows: np.ndarray, scores: np.ndarray) -> list[Retrieved]:
+    """The turns at ``rows`` (k,) of the store with their ``scores`` (k,), in that order."""
+    return [items[j].retrieved(v) for j, v in zip(rows.tolist(), scores.tolist())]
 
 
 class TurnStrategy(MemoryStrategy):
@@ -107,7 +112,7 @@ class TurnStrategy(MemoryStrategy):
         scores, background = self._ranked_scores(query, k)          # (N,)
         # rows ascend in observation order (observe appends, forget keeps the order): a later row is a newer turn
         ranking = top_k(scores, k, background)
-        return [self._items[j].retrieved(v) for j, v in zip(ranking.tolist(), scores[ranking].tolist())]
+        return retrieved_turns(self._items, ranking, scores[ranking])
 
     # --- hooks ------------------------------------------------------------------
     @abstractmethod

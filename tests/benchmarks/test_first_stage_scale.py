@@ -38,6 +38,8 @@ def test_smoke_run_prints_a_row_per_contender(capsys, tmp_path):
     rows = report["rows"]
     assert set(rows) == set(CONTENDERS) and report["queries"] == 6
     assert all(r["p50_ms"] > 0 and 0 <= r["target_at_k"] <= 1 for r in rows.values())
+    # a query's latency is its best of --repeat (3) interleaved runs: never above the median of every run's
+    assert report["repeat"] == 3 and all(r["p50_ms"] <= r["single_p50_ms"] for r in rows.values())
     assert rows["dense hnsw"]["graph"] is True and 0 <= rows["dense hnsw"]["recall@k"] <= 1
     # rerank's first stage: from ann_min_items it fuses the union of BM25's and the graph's top k
     assert rows["fusion_time hnsw"]["graph"] is True and 0 <= rows["fusion_time hnsw"]["recall@k"] <= 1
@@ -54,3 +56,11 @@ def test_turns_of_a_file_are_repeated_to_n(tmp_path, capsys):
     report = bench.main(["--n", "40", "--queries", "3", "--k", "5", "--ann-min-items", "20", "--path", str(path),
                          "--vectors", "hashing"])
     assert report["data"] == str(path) and report["vectors"] == "hashing" and set(report["rows"]) == set(CONTENDERS)
+
+
+def test_repeat_must_be_positive(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        load("first_stage_scale").main(["--n", "40", "--repeat", "0"])
+    assert "--repeat must be at least 1, got 0" in capsys.readouterr().err

@@ -115,3 +115,22 @@ def test_pack_context_stops_at_the_first_item_that_does_not_fit_and_writes_chron
     assert pack_context([items[2], items[0]], 7, counter, include_dates=False) == ""
     with pytest.raises(ValueError):
         pack_context(items, -1, counter)
+
+
+def test_retrieved_built_is_the_dataclass_item_and_stays_frozen():
+    import dataclasses
+    import inspect
+
+    when = datetime(2023, 5, 1)
+    fast = Retrieved.built(0.5, "I adopted a cat.", "s1", "t3", None, "Wren", when, 7)
+    assert fast == Retrieved(score=0.5, text="I adopted a cat.", session_id="s1", turn_id="t3", speaker="Wren",
+                             timestamp=when, order=7)
+    assert Retrieved.built(1.0, "x") == Retrieved(score=1.0, text="x")          # the dataclass's defaults
+    assert hash(fast) == hash(dataclasses.replace(fast))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.score = 2.0
+    # built takes every field, in the dataclass's order and with its defaults
+    params = list(inspect.signature(Retrieved.built).parameters.values())
+    assert [(p.name, p.default) for p in params] == [
+        (f.name, inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
+        for f in dataclasses.fields(Retrieved)]

@@ -235,7 +235,10 @@ def test_index_bytes_count_the_weights_the_vectors_and_the_session_keys(fusion, 
     assert plain.index_bytes() == plain.bm25.index_bytes() + plain.dense.index_bytes() > 0
     assert plain.dense.index_bytes() == 9 * 384 * 4                      # 9 turns of MiniLM's 384 float32
     keys = sum(len(t) for t in keyed._session_docs.values())
-    assert keyed.index_bytes() == keyed.bm25.index_bytes() + keyed.dense.index_bytes() + 8 * keys
+    weights = keyed._layout().keys.weights                               # the session keys' BM25 matrix
+    assert weights.shape[1] == len(episode.sessions)
+    key_bytes = weights.data.nbytes + weights.indices.nbytes + weights.indptr.nbytes
+    assert keyed.index_bytes() == keyed.bm25.index_bytes() + keyed.dense.index_bytes() + 8 * keys + key_bytes
 
 
 # --- key expansion --------------------------------------------------------------------------------------------
@@ -290,6 +293,11 @@ def test_a_session_s_expansion_joins_its_key(minilm, tmp_path, episode, fill, q)
     _, sessions, with_keys = strategy._scores(query)
     _, _, without = plain._scores(query)
     assert np.argmax(with_keys - without) == sessions.index("e1:S2")
+    # the index size counts the three expansions' vectors (S x 384 float32) beside the keys' BM25 weights
+    keys = strategy._layout().keys
+    assert strategy._layout().expansions.shape == (3, 384)
+    assert strategy.index_bytes() == (strategy.bm25.index_bytes() + strategy.dense.index_bytes() + keys.nbytes
+                                      + 8 * sum(len(t) for t in strategy._session_docs.values()) + 3 * 384 * 4)
 
 
 def test_forgetting_a_turn_drops_its_session_s_expansion_and_the_model_s_answer(minilm, tmp_path, episode, fill, q):
