@@ -99,13 +99,20 @@ def build_asset(stage: Stage) -> dg.AssetsDefinition:
 
         return _launched
 
+    # A partitioned stage (the benchmark's shards) is a partitioned asset when it has several keys: a backfill
+    # runs them as separate runs, side by side under the run launcher / executor of the deployment. One key is
+    # no partition at all (so `dagster asset materialize --select '*'` runs it with the rest).
+    partitions = dg.StaticPartitionsDefinition(list(stage.partitions)) if len(stage.partitions) > 1 else None
+
     @dg.asset(name=stage.name, group_name=stage.group, description=stage.description,
-              deps=upstream(stage), check_specs=check_specs, kinds=kinds, metadata=static_meta)
+              deps=upstream(stage), check_specs=check_specs, kinds=kinds, metadata=static_meta,
+              partitions_def=partitions)
     def _inprocess(context: dg.AssetExecutionContext, mnemos: MnemosResource):
         from pipelines.runner import run_stage
 
+        key = context.partition_key if partitions is not None else None
         result = run_stage(stage.name, mnemos.resolved_overrides(), track=mnemos.track, enforce_checks=False,
-                           root=Path(mnemos.root) if mnemos.root else None)
+                           root=Path(mnemos.root) if mnemos.root else None, partition=key)
         return materialize_result(stage, result)
 
     return _inprocess

@@ -1,6 +1,7 @@
 """Command line: ``python -m pipelines ...`` (also installed as ``mnemos``).
 
-  run STAGE [--set section.key=value ...] [--profile tiny|paper] [--no-track] [--no-wait | --lock-timeout S]
+  run STAGE [--partition KEY] [--set section.key=value ...] [--profile tiny|paper] [--no-track]
+      [--no-wait | --lock-timeout S]
   list                       the registered stages, in order, with their groups and inputs
   dvc-yaml                   print dvc.yaml as generated from the registry
   ingest --source NAME --path PATH --out DIR [--set ingest.max_dropped_turn_share=0.05]
@@ -10,7 +11,12 @@
                              run a benchmark suite (pipelines/evaluate/suites/NAME.yaml, or a
                              suite file) on its data or on P, and answer its questions with params.yaml
                              llm.reader, judged by llm.judge (unless --no-answers); the last line of stdout
-                             is the content of DIR/metrics.json (suite -> strategy -> metric -> value)
+                             is the content of DIR/metrics.json (suite -> strategy -> metric -> value);
+                             each finished episode is kept under DIR/shards/, so the same command after a
+                             kill resumes where it stopped
+  benchmark ... --shards N --shard I
+                             only shard I of N (the episodes at positions p with p mod N == I)
+  merge ... --shards N       (= benchmark ... --shards N) join the N shards under DIR into the report
   suites                     the shipped benchmark suites, one per line
 """
 
@@ -22,7 +28,7 @@ import logging
 import sys
 from pathlib import Path
 
-from pipelines.errors import MnemosError
+from pipelines.errors import ConfigError, MnemosError
 
 
 def _overrides(args) -> dict:
@@ -39,7 +45,8 @@ def cmd_run(args) -> int:
     from pipelines.runner import run_stage
 
     lock_timeout = 0.0 if args.no_wait else args.lock_timeout if args.lock_timeout is not None else "env"
-    result = run_stage(args.stage, _overrides(args), track=not args.no_track, lock_timeout=lock_timeout)
+    result = run_stage(args.stage, _overrides(args), track=not args.no_track, lock_timeout=lock_timeout,
+                       partition=args.partition)
     summary = {k: v for k, v in result.metadata.items() if isinstance(v, (int, float, str, bool, dict))}
     failed = [c.name for c in result.checks if not c.passed]
     if failed:
@@ -73,14 +80,33 @@ def cmd_ingest(args) -> int:
     return 0
 
 
+def _data_id(suite, path, config) -> str:
+    """The fingerprint of a benchmark's data: the bytes of ``--path`` (or the suite's own path), else the synthetic
+    generator's settings."""
+    from pipelines.evaluate.shards import data_digest
+
+    path = path if path is not None else suite.path
+    if path is not None and Path(path).exists():
+        return data_digest([path])
+    return data_digest(extra={"seed": config.get("seed", 2022), **config.get("synthetic", {}), **suite.synthetic})
+
+
 def cmd_benchmark(args) -> int:
     import dataclasses
 
     from pipelines.config import ROOT, resolve
-    from pipelines.evaluate.answers.run import AnswerLLMs, AnswerSettings, evaluate_and_answer
+    from pipelines.evaluate.answers.run import AnswerLLMs, AnswerSettings, evaluate_and_answer, evaluate_shard
     from pipelines.evaluate.report import write_report
+    from pipelines.evaluate.shards import ShardSpec
     from pipelines.evaluate.suite import generation_defaults, load_suite, strategy_defaults, suite_episodes
 
+    merge_only = getattr(args, "merge_only", False)
+    shards = args.shards if args.shards is not None else 1
+    shard = ShardSpec(args.shard if args.shard is not None else 0, shards)  # checked before any data is read
+    if merge_only and args.shard is not None:
+        raise ConfigError("merge takes no --shard: it joins all the --shards N shards written under --out.")
+    if args.shard is not None and args.shards is None:
+        raise ConfigError("--shard needs --shards N, the number of shards the suite is split into.")
     config = resolve(_overrides(args))
     suite = load_suite(args.suite)
     if args.strategies:
@@ -92,6 +118,7 @@ def cmd_benchmark(args) -> int:
     published = suite_episodes(suite, args.path, synthetic_defaults={"seed": config.get("seed", 2022),
                                                                      **config.get("synthetic", {})},
                                config=config, corpus=False)
+    data_id = _data_id(suite, args.path, config)
     root = Path(args.models_root) if args.models_root else ROOT
     settings = strategy_defaults(suite.strategies, root,
                                  embedding_batch_size=config.get("benchmark", {}).get("embedding_batch_size", 64))
@@ -106,16 +133,23 @@ def cmd_benchmark(args) -> int:
     for strategy, values in (config.get("benchmark", {}).get("strategy_settings") or {}).items():
         if strategy in suite.strategies:
             settings.setdefault(strategy, {}).update(values)
+    llm = config.get("llm") or {}
+    answer_settings = AnswerSettings.from_config(llm, config.get("seed", 2022))
+    if args.shard is not None:   # one shard of N: its episodes' results under --out, merged later
+        store = evaluate_shard(suite, published, settings, suite.answers is not None, answer_settings, shard,
+                               args.out, data_id=data_id, show_progress=not args.quiet)
+        print(json.dumps({"suite": suite.name, "shard": shard.label, "episodes": len(store.done),
+                          "missing": store.missing, "folder": str(store.folder)}))
+        return 0
     generation = generation_defaults(suite.generation, root)
     for values in generation.values():  # MDR's generation settings (params.yaml mdr.generation, seed)
         values.update(max_new_tokens=(config.get("mdr", {}).get("generation") or {}).get("max_new_tokens", 32),
                       seed=config.get("seed", 2022))
-    llm = config.get("llm") or {}
     llms = AnswerLLMs(llm, Path(args.llm_cache_dir) if args.llm_cache_dir else ROOT / ".cache" / "llm")
     try:
-        run, answered = evaluate_and_answer(suite, published, settings, llms,
-                                            AnswerSettings.from_config(llm, config.get("seed", 2022)),
-                                            show_progress=not args.quiet, generation=generation)
+        run, answered = evaluate_and_answer(suite, published, settings, llms, answer_settings,
+                                            show_progress=not args.quiet, generation=generation,
+                                            run_dir=args.out, data_id=data_id, shards=shards)
     finally:
         llms.close()
     out = write_report([run], args.out, profile=config.get("profile", "tiny"),
@@ -131,6 +165,13 @@ def cmd_benchmark(args) -> int:
     return 0
 
 
+def cmd_merge(args) -> int:
+    if args.shards is None:
+        raise ConfigError("merge needs --shards N, the number of shards the suite was split into.")
+    args.merge_only = True
+    return cmd_benchmark(args)
+
+
 def cmd_suites(args) -> int:
     from pipelines.evaluate.suite import list_suites, load_suite
 
@@ -138,6 +179,29 @@ def cmd_suites(args) -> int:
         suite = load_suite(name)
         print(f"{name:20s} v{suite.version}  source={suite.source:12s} {suite.description}")
     return 0
+
+
+def _benchmark_arguments(bench: argparse.ArgumentParser) -> None:
+    from pipelines.config import PROFILES
+
+    bench.add_argument("--suite", required=True, help="a shipped suite name (see `suites`) or a suite .yaml file")
+    bench.add_argument("--path", help="the suite's data: the published file/folder, or canonical .jsonl data")
+    bench.add_argument("--strategies", help="comma-separated subset of the suite's strategies (or others)")
+    bench.add_argument("--out", required=True, help="report folder (benchmark.md, metrics.json, plots/; each finished "
+                                                    "episode under shards/, so a killed run resumes)")
+    bench.add_argument("--max-episodes", type=int, help="evaluate the first N episodes only")
+    bench.add_argument("--models-root", help="project folder whose models/ holds the trained models (default: this one)")
+    bench.add_argument("--cache-dir", help="embedding cache folder (default: .cache/embeddings of the project)")
+    bench.add_argument("--no-answers", action="store_true",
+                       help="score the retrieval only: no reader model answers the suite's questions")
+    bench.add_argument("--llm-cache-dir", help="the response cache and converted models of the reader, the judges and "
+                                               "the memory writers (default: .cache/llm of the project)")
+    bench.add_argument("--shards", type=int, metavar="N",
+                       help="the suite's episodes are split into N shards (episode p in shard p mod N); without "
+                            "--shard, the N shards written under --out are merged into the report")
+    bench.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
+    bench.add_argument("--profile", choices=sorted(PROFILES), help="override params.yaml's profile")
+    bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
     run.add_argument("--profile", choices=sorted(PROFILES), help="override params.yaml's profile")
     run.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    run.add_argument("--partition", metavar="KEY", help="the partition of a partitioned stage to run (benchmark_shard: "
+                                                        "a shard index, 0 to params.yaml benchmark.shards - 1)")
     wait = run.add_mutually_exclusive_group()
     wait.add_argument("--no-wait", action="store_true",
                       help="refuse at once when another process runs the stage (default: wait for it)")
@@ -172,21 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
     ing.set_defaults(func=cmd_ingest)
 
     bench = sub.add_parser("benchmark", help="run a benchmark suite on your data; last stdout line: metrics.json")
-    bench.add_argument("--suite", required=True, help="a shipped suite name (see `suites`) or a suite .yaml file")
-    bench.add_argument("--path", help="the suite's data: the published file/folder, or canonical .jsonl data")
-    bench.add_argument("--strategies", help="comma-separated subset of the suite's strategies (or others)")
-    bench.add_argument("--out", required=True, help="report folder (benchmark.md, metrics.json, plots/)")
-    bench.add_argument("--max-episodes", type=int, help="evaluate the first N episodes only")
-    bench.add_argument("--models-root", help="project folder whose models/ holds the trained models (default: this one)")
-    bench.add_argument("--cache-dir", help="embedding cache folder (default: .cache/embeddings of the project)")
-    bench.add_argument("--no-answers", action="store_true",
-                       help="score the retrieval only: no reader model answers the suite's questions")
-    bench.add_argument("--llm-cache-dir", help="the response cache and converted models of the reader, the judges and "
-                                               "the memory writers (default: .cache/llm of the project)")
-    bench.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
-    bench.add_argument("--profile", choices=sorted(PROFILES), help="override params.yaml's profile")
-    bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    _benchmark_arguments(bench)
+    bench.add_argument("--shard", type=int, metavar="I",
+                       help="run only shard I (0 to N-1) of --shards N, into --out/shards/<suite>/I-of-N; a later "
+                            "`benchmark --shards N` (or `merge`) with the same arguments joins the shards")
     bench.set_defaults(func=cmd_benchmark)
+    merge = sub.add_parser("merge", help="join the --shards N shards of a benchmark run under --out into its report "
+                                         "(the same arguments as the shards' `benchmark` command, without --shard)")
+    _benchmark_arguments(merge)
+    merge.set_defaults(func=cmd_merge, shard=None)
 
     sub.add_parser("suites", help="list the shipped benchmark suites").set_defaults(func=cmd_suites)
     return parser

@@ -181,7 +181,7 @@ def load_params(path: Path | None = None) -> dict:
 
 # Keys read when the stage registry is built (which stages exist and what they read: the Dagster graph and
 # dvc.yaml), not when a stage runs: an override of them at run time would be silently ignored, so it is refused.
-GRAPH_KEYS = (("benchmark", "suites"),)
+GRAPH_KEYS = (("benchmark", "suites"), ("benchmark", "shards"))
 
 
 def _check_graph_keys(overrides: dict, params: dict, path: Path) -> None:

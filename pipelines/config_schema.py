@@ -80,6 +80,9 @@ class BenchmarkSettings:
 
     suites: list[str] = field(default_factory=list)  # suites run (pipelines/evaluate/suites); empty: [synthetic]
     embedding_batch_size: int = 64       # texts per forward pass of the dense and hybrid strategies' encoder
+    # the suites' episodes split into this many shards (benchmark_shard's partitions: Dagster partitions, a dvc.yaml
+    # foreach; regenerate dvc.yaml with `make dvc-yaml` after a change), merged by the benchmark stage
+    shards: int = 1
 
     def __post_init__(self) -> None:
         from pipelines.evaluate.suite import load_suite
@@ -87,6 +90,7 @@ class BenchmarkSettings:
         for name in self.suites or ():
             load_suite(name)  # ConfigError naming the shipped suites
         _positive_int("benchmark.embedding_batch_size", self.embedding_batch_size)
+        _positive_int("benchmark.shards", self.shards)
 
 
 @dataclass(frozen=True)

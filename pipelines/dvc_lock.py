@@ -61,7 +61,7 @@ def record_stage(stage: Stage, root: Path, stage_cfg: dict, params_file: Path | 
     why = skip_reason(stage, root, stage_cfg, params_file)
     if why is not None:  # said when it is the user's choice (overrides); quiet when it is how things run
         log.log(logging.INFO if why == OVERRIDDEN else logging.DEBUG,
-                "stage %s: not recorded in %s: %s", stage.name, root / "dvc.lock", why)
+                "stage %s: not recorded in %s: %s", stage.run_name, root / "dvc.lock", why)
         return False
     started = time.time()
     try:
@@ -70,11 +70,11 @@ def record_stage(stage: Stage, root: Path, stage_cfg: dict, params_file: Path | 
         # DVC resolves dvc.yaml's paths from the working directory (its CLI chdirs for `--cd` too).
         with contextlib.chdir(root), Repo(str(root)) as repo:
             # relink=False: the outputs stay the files the stage wrote (no re-checkout from the cache).
-            repo.commit(target=stage.name, force=True, relink=False)
+            repo.commit(target=stage.run_name, force=True, relink=False)
     except Exception as exc:  # noqa: BLE001 - the stage succeeded; only DVC's record of it is missing
         log.warning("stage %s: not recorded in %s (%s: %s); `dvc status` lists it as changed until "
-                    "`dvc commit --force %s` or `dvc repro`", stage.name, root / "dvc.lock",
-                    type(exc).__name__, exc, stage.name)
+                    "`dvc commit --force %s` or `dvc repro`", stage.run_name, root / "dvc.lock",
+                    type(exc).__name__, exc, stage.run_name)
         return False
-    log.info("stage %s: recorded in %s (%.1f s)", stage.name, root / "dvc.lock", time.time() - started)
+    log.info("stage %s: recorded in %s (%.1f s)", stage.run_name, root / "dvc.lock", time.time() - started)
     return True

@@ -64,10 +64,14 @@ def overlap(a: str, b: str) -> bool:
 
 
 def lock_names(stage, stages: Iterable) -> list[str]:
-    """``stage``'s own lock and those of the stages whose outputs overlap its outputs, in name order."""
-    names = {stage.name}
+    """``stage``'s own lock and those of the stages whose outputs overlap its outputs, in name order. One partition of
+    a partitioned stage locks ``<name>@<key>``: its partitions write apart, so they run side by side."""
+    names = {getattr(stage, "run_name", stage.name)}
     for other in stages:
-        if any(overlap(mine, theirs) for mine in stage.outputs for theirs in other.outputs):
+        if other.name == stage.name:
+            continue
+        if any(overlap(mine, theirs) for mine in stage.outputs
+               for theirs in getattr(other, "all_outputs", other.outputs)):
             names.add(other.name)
     return sorted(names)
 
@@ -151,7 +155,7 @@ def stage_lock(root: Path, stage, stages: Iterable, timeout: float | None = None
     try:
         for path in paths:
             held.append(_acquire(path, stage.name, deadline, wait=timeout is None or timeout > 0))
-        own = folder / f"{stage.name}.lock"
+        own = folder / f"{getattr(stage, 'run_name', stage.name)}.lock"
         yield StageLocks(stage=stage.name, paths=paths, identity=f"{socket.gethostname()}:{own.resolve()}")
     finally:
         for fd in reversed(held):

@@ -12,6 +12,7 @@ Stages register themselves with the :func:`stage` decorator in their own package
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -63,17 +64,49 @@ class Stage:
     launcher: Literal["inprocess", "accelerate"] = "inprocess"  # training stages run in a launched subprocess
     experiment: str = ""          # MLflow experiment (defaults to the group)
     code: tuple[str, ...] = ()    # source folders whose change re-runs the stage under DVC
+    # A partitioned stage (the benchmark's shards): one run per key, each writing its own outputs, where
+    # ``{partition}`` in an output path stands for the key. Dagster partitions the asset by these keys (static
+    # partitions), dvc.yaml runs them as a ``foreach`` stage (``<name>@<key>``), the CLI takes ``--partition``.
+    partitions: tuple[str, ...] = ()
+    partition: str | None = None  # the key of a stage made by :meth:`for_partition` (None: the declared stage)
 
     @property
     def mlflow_experiment(self) -> str:
         return self.experiment or f"mnemos-{self.group}"
+
+    @property
+    def run_name(self) -> str:
+        """The stage's name in dvc.yaml / dvc.lock and its lock file: ``<name>@<key>`` for one partition."""
+        return self.name if self.partition is None else f"{self.name}@{self.partition}"
+
+    def for_partition(self, key: str | None) -> "Stage":
+        """The stage as one partition runs it: its outputs those of ``key``. A stage without partitions takes
+        ``None`` only; a partitioned one a key of its own (ValueError naming the keys otherwise)."""
+        if not self.partitions:
+            if key is not None:
+                raise ValueError(f"stage {self.name!r} has no partitions; run it without --partition")
+            return self
+        if key is None and len(self.partitions) == 1:
+            key = self.partitions[0]
+        if key not in self.partitions:
+            raise ValueError(f"stage {self.name!r} runs one partition at a time: give --partition with one of "
+                             f"{', '.join(self.partitions)}" + ("" if key is None else f" (not {key!r})"))
+        return dataclasses.replace(self, partition=key,
+                                   outputs=tuple(o.replace("{partition}", key) for o in self.outputs))
+
+    @property
+    def all_outputs(self) -> tuple[str, ...]:
+        """Every path the stage writes, over all its partitions."""
+        if not self.partitions:
+            return self.outputs
+        return tuple(dict.fromkeys(o.replace("{partition}", k) for k in self.partitions for o in self.outputs))
 
 
 _REGISTRY: dict[str, Stage] = {}
 
 
 def stage(*, name: str, group: Group, inputs=(), outputs=(), params=(), checks=(), metrics=(),
-          plots=(), launcher="inprocess", experiment="", code=()):
+          plots=(), launcher="inprocess", experiment="", code=(), partitions=()):
     """Register ``fn(ctx) -> StageResult`` as a stage. The docstring is its description."""
 
     def wrap(fn):
@@ -86,6 +119,7 @@ def stage(*, name: str, group: Group, inputs=(), outputs=(), params=(), checks=(
             checks=tuple(c if isinstance(c, CheckSpec) else CheckSpec(*c) for c in checks),
             metrics=tuple(metrics), plots=tuple(plots), launcher=launcher, experiment=experiment,
             code=tuple(code) or (str(Path(fn.__code__.co_filename).parent.relative_to(_ROOT)),),
+            partitions=tuple(str(k) for k in partitions),
         )
         return fn
 

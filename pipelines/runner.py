@@ -89,18 +89,24 @@ def blocking_message(stage: Stage, result: StageResult) -> str:
 
 def run_stage(name: str, overrides: dict | None = None, *, track: bool = True, enforce_checks: bool = True,
               root: Path | None = None, params_file: Path | None = None,
-              lock_timeout: float | None | Literal["env"] = "env") -> StageResult:
+              lock_timeout: float | None | Literal["env"] = "env", partition: str | None = None) -> StageResult:
     """Run stage ``name`` once and return its result (see module docstring).
 
     ``lock_timeout``: how long to wait while another process runs the stage (or one sharing its outputs):
     None as long as it takes, 0 not at all, else seconds; then :class:`~pipelines.locks.StageBusy`.
     "env": ``MNEMOS_LOCK_TIMEOUT`` (unset: wait as long as it takes).
+    ``partition``: the key of a partitioned stage (``Stage.partitions``: the benchmark's shards) this run makes.
     """
     from pipelines.stages import STAGES  # the registry, complete
 
     if name not in STAGES:
         raise KeyError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
-    stage = STAGES[name]
+    try:
+        stage = STAGES[name].for_partition(partition)
+    except ValueError as exc:
+        from pipelines.errors import ConfigError
+
+        raise ConfigError(str(exc)) from None
     root = Path(root or cfg.ROOT)
     # The whole config is checked here (every key declared, every value accepted), before any output is touched.
     resolved = cfg.resolve(overrides, params_file=params_file or root / "params.yaml")
@@ -135,7 +141,7 @@ def _execute(stage: Stage, stage_cfg: dict, root: Path, *, track: bool, enforce_
 
         # A training stage's run opens when its engine knows whether it resumes an earlier, killed run:
         # then it continues that MLflow run (pipelines/training/engine.py).
-        tracker_cm = tracking.stage_run(stage.name, stage.mlflow_experiment, stage_cfg,
+        tracker_cm = tracking.stage_run(stage.run_name, stage.mlflow_experiment, stage_cfg,
                                         inputs={rel: root / rel for rel in stage.inputs},
                                         lock=held.identity if held is not None else None,
                                         deferred=stage.launcher == "accelerate")
@@ -164,7 +170,7 @@ def _execute(stage: Stage, stage_cfg: dict, root: Path, *, track: bool, enforce_
 
 def _call(stage: Stage, stage_cfg: dict, root: Path, tracker) -> StageResult:
     ctx = StageContext(stage=stage, config=stage_cfg, root=root, tracker=tracker)
-    log.info("stage %s: starting (profile %s)", stage.name, ctx.profile)
+    log.info("stage %s: starting (profile %s)", stage.run_name, ctx.profile)
     result = stage.fn(ctx)
     if not isinstance(result, StageResult):
         raise TypeError(f"stage {stage.name} returned {type(result).__name__}, expected StageResult")
@@ -178,5 +184,5 @@ def _call(stage: Stage, stage_cfg: dict, root: Path, tracker) -> StageResult:
                 tracker.log_artifact(path, artifact_path="reports")
         result.metadata.setdefault("mlflow_run_id", tracker.run_id)
         result.metadata.setdefault("mlflow_run_url", tracker.url)
-    log.info("stage %s: done", stage.name)
+    log.info("stage %s: done", stage.run_name)
     return result

@@ -32,7 +32,7 @@ def upstream(stage: Stage) -> list[str]:
         if other.name == stage.name:
             continue
         for rel in stage.inputs:
-            if any(rel == out or rel.startswith(out.rstrip("/") + "/") for out in other.outputs):
+            if any(rel == out or rel.startswith(out.rstrip("/") + "/") for out in other.all_outputs):
                 names.append(other.name)
                 break
     return names
@@ -72,6 +72,10 @@ def dvc_yaml() -> str:
         }
         if stage.metrics:
             entry["metrics"] = [{m: {"cache": False}} for m in stage.metrics]
+        if stage.partitions:  # one DVC stage per key: <name>@<key>
+            entry["cmd"] += " --partition ${item}"
+            entry["outs"] = [o.replace("{partition}", "${item}") if isinstance(o, str) else o for o in outs]
+            entry = {"foreach": list(stage.partitions), "do": entry}
         stages[stage.name] = entry
         plots.extend(stage.plots)
     doc = {"stages": stages}

@@ -133,9 +133,51 @@ def test_dagster_select_then_dvc_repro_then_cli_run_the_same_stages(project):
 
     names = [r.info.run_name for r in mlflow_runs(root)]
     assert names.count("synthetic-tiny") == 2 and names.count("ingest_synthetic-tiny") == 1
-    assert sorted(set(names)) == sorted(f"{s}-tiny" for s in STAGES)
+    assert sorted(set(names)) == sorted(f"{STAGES[s].for_partition(None).run_name}-tiny" for s in STAGES)
     assert sh(project, "dvc", "status").stdout.strip().endswith("Data and pipelines are up to date.")
     assert sh(project, "dvc", "repro").stdout.count("didn't change") == len(STAGES)
+
+
+def _figures(metrics: dict) -> dict:
+    """metrics.json without what measures a run rather than the memories (wall times, the LLM calls' counts and
+    cache hits: a second run answers from the response cache)."""
+    return {suite: {name: {k: v for k, v in values.items()
+                           if not (k.startswith("latency_ms") or k.endswith("_ms") or k.startswith("writer/"))}
+                    for name, values in per.items() if name != "llm"}
+            for suite, per in metrics.items()}
+
+
+def test_benchmark_shards_run_as_dagster_partitions_side_by_side_and_merge_to_the_same_report(project):
+    """params.yaml benchmark.shards: 2 makes benchmark_shard a partitioned asset (and a dvc.yaml foreach); its two
+    partitions materialised by two Dagster runs at once, then the benchmark asset, report what one shard did."""
+    root, env = project
+    if not (root / "reports/metrics.json").exists():
+        sh(project, "dagster", "asset", "materialize", "-m", "assets.definitions", "--select", "*")
+    whole = _figures(json.loads((root / "reports/metrics.json").read_text()))
+    params_text, dvc_text = (root / "params.yaml").read_text(), (root / "dvc.yaml").read_text()
+    try:
+        params = yaml.safe_load(params_text)
+        params["benchmark"]["shards"] = 2
+        (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        (root / "dvc.yaml").write_text(sh(project, "python", "-m", "pipelines", "dvc-yaml").stdout)
+        assert {"benchmark_shard@0", "benchmark_shard@1"} <= set(sh(project, "dvc", "stage", "list").stdout.split())
+        whole_select = sh(project, "dagster", "asset", "materialize", "-m", "assets.definitions", "--select", "*",
+                          check=False)
+        assert whole_select.returncode != 0 and "partition" in whole_select.stderr  # Dagster asks for a partition
+        runs = [subprocess.Popen(["dagster", "asset", "materialize", "-m", "assets.definitions", "--select",
+                                  "benchmark_shard", "--partition", key], cwd=root, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True) for key in ("0", "1")]
+        for run in runs:
+            out, _ = run.communicate(timeout=900)
+            assert run.returncode == 0, out[-5000:]
+        for key in ("0", "1"):
+            manifest = json.loads((root / f"reports/shards/{key}/synthetic/manifest.json").read_text())
+            assert manifest["complete"] and manifest["shard"] == int(key) and manifest["shards"] == 2
+        sh(project, "dagster", "asset", "materialize", "-m", "assets.definitions", "--select", "benchmark")
+        assert _figures(json.loads((root / "reports/metrics.json").read_text())) == whole
+    finally:
+        (root / "params.yaml").write_text(params_text)
+        (root / "dvc.yaml").write_text(dvc_text)
 
 
 def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):

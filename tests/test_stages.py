@@ -42,7 +42,13 @@ def test_dvc_yaml_runs_the_cli_and_tracks_metrics_and_plots():
     doc = yaml.safe_load(dvc_yaml())
     assert set(doc["stages"]) == set(STAGES)
     for name, entry in doc["stages"].items():
-        assert entry["cmd"] == f"bin/python -m pipelines run {name}"
+        if STAGES[name].partitions:  # a partitioned stage: one DVC stage per key (<name>@<key>)
+            assert entry["foreach"] == list(STAGES[name].partitions)
+            entry = entry["do"]
+            assert entry["cmd"] == f"bin/python -m pipelines run {name} --partition ${{item}}"
+            assert all("${item}" in o for o in entry["outs"] if isinstance(o, str))
+        else:
+            assert entry["cmd"] == f"bin/python -m pipelines run {name}"
         assert "profile" in entry["params"]
     # The DVC metrics are the headline figures, one file per suite and strategy; metrics.json is a plain out.
     assert doc["stages"]["benchmark"]["metrics"] == [{"reports/headline": {"cache": False}}]

@@ -1,7 +1,7 @@
 """The benchmark report: every strategy of every suite through the temporal protocol.
 
-:func:`evaluate_suite` runs :func:`pipelines.evaluate.protocol.run_protocol` for each strategy of
-a :class:`~pipelines.evaluate.suite.Suite`. A strategy that cannot run on the suite's data (its class's
+:func:`evaluate_suite` runs every strategy of a :class:`~pipelines.evaluate.suite.Suite` through the temporal
+protocol, episode by episode (:mod:`pipelines.evaluate.shards`: one shard, or shard i of N, resumable). A strategy that cannot run on the suite's data (its class's
 ``unavailable``: ``session_summary`` without session summaries, ``egocentric_gold`` without memories,
 ``graph`` reading triplets the data does not have) or whose trained model does not exist is not run and is
 recorded as *missing* with the reason, never dropped and never scored 0; a strategy that ran but retrieved
@@ -57,12 +57,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from pipelines import atomic
 from pipelines.atomic import atomic_write
 from pipelines.data.schema import Episode
-from pipelines.errors import ConfigError, ModelNotTrained, NothingToScore
+from pipelines.errors import ConfigError, NothingToScore
 from pipelines.evaluate.metrics import METRICS
 from pipelines.evaluate.protocol import (ProtocolConfig, ProtocolResult, aggregate_sessions, flat_metrics,
-                                         run_protocol, session_ranges)
+                                         session_ranges)
+from pipelines.evaluate.shards import (ShardError, ShardSpec, ShardStore, merge, results_from_records, run_fingerprint,
+                                       run_shard, shard_dir)
 from pipelines.evaluate.suite import Suite
-from pipelines.memory import GRANULARITIES, STRATEGIES, TokenCounter, missing_models
+from pipelines.memory import GRANULARITIES, STRATEGIES, TokenCounter, build_strategy, missing_models
 
 if TYPE_CHECKING:
     from pipelines.evaluate.answers.run import AnswerRun
@@ -432,27 +434,16 @@ def writers_markdown(run: "SuiteRun") -> list[str]:
             ""]
 
 
-def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
-                   tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None,
-                   generation: dict[str, dict[str, Any]] | None = None, answers: Any = None) -> SuiteRun:
-    """Run each strategy of ``suite`` over ``episodes``, then the suite's generators; ``settings``
-    (strategy -> config fields) go under the suite's own ``strategy_settings``; ``generation``
-    (generator -> settings: ``teacher`` / ``student`` / ``decoder`` folders, ``max_new_tokens``,
-    ``seed``, ``device``) goes over the project defaults (:func:`generation_defaults` under the
-    project root). A strategy that cannot run on ``episodes`` (its class's ``unavailable``: e.g. session
-    summaries that the data does not have) or whose model is not trained is not run and is recorded in
-    ``missing`` with the reason; a generator whose model is missing in ``generation_missing``. A strategy
-    that ran but retrieved nothing for any query is logged as a warning (and noted in the report). ``answers``
-    (a protocol AnswerRequest, pipelines.evaluate.answers.readers.answer_request) makes the protocol record the
-    readers' contexts of those questions in each ProtocolResult (the retrieval figures do not change)."""
+def plan_strategies(suite: Suite, episodes: Sequence[Episode], settings: Mapping[str, Mapping[str, Any]] | None = None
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(strategy -> merged settings of those that run, strategy -> why not run): a strategy that cannot run on
+    ``episodes`` (its class's ``unavailable``: e.g. session summaries that the data does not have) or whose
+    model is not trained is not run; ``settings`` go under the suite's own ``strategy_settings``."""
     settings = settings or {}
     unknown = sorted(set(settings) - set(suite.strategies))
     if unknown:
         raise ConfigError(f"settings are given for strategies {unknown} that suite {suite.name!r} does not run.")
-    config = ProtocolConfig(ks=suite.ks, budget_tokens=suite.budget_tokens, depth=depth,
-                            show_progress=show_progress, session_scoring=suite.session_scoring, answers=answers)
-    counter = TokenCounter.from_config(tokenizer)
-    results: dict[str, ProtocolResult] = {}
+    to_run: dict[str, dict[str, Any]] = {}
     missing: dict[str, str] = {}
     for name in suite.strategies:
         merged = {**settings.get(name, {}), **suite.strategy_settings.get(name, {})}
@@ -464,10 +455,142 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
         if absent:
             missing[name] = "; ".join(str(e) for e in absent)
             continue
-        try:
-            results[name] = run_protocol(episodes, name, config, merged, counter)
-        except ModelNotTrained as exc:
-            missing[name] = str(exc)
+        to_run[name] = merged
+    return to_run, missing
+
+
+def protocol_config(suite: Suite, show_progress: bool = True, depth: int | None = None,
+                    answers: Any = None) -> ProtocolConfig:
+    return ProtocolConfig(ks=suite.ks, budget_tokens=suite.budget_tokens, depth=depth,
+                          show_progress=show_progress, session_scoring=suite.session_scoring, answers=answers)
+
+
+def run_suite_shard(suite: Suite, episodes: Iterable[Episode], to_run: Mapping[str, Mapping[str, Any]],
+                    config: ProtocolConfig, counter: TokenCounter, shard: ShardSpec = ShardSpec(),
+                    store: ShardStore | None = None, prepare_block: int | None = None, total: int | None = None
+                    ) -> dict[int, dict]:
+    """The retrieval of one shard of ``suite`` (:func:`pipelines.evaluate.shards.run_shard`): every strategy of
+    ``to_run`` built with its settings and ``counter``, episode by episode, each finished episode in ``store``."""
+    from tqdm.auto import tqdm
+
+    def build(name: str):
+        return build_strategy(name, counter=counter, **dict(to_run[name]))
+
+    bar = tqdm(total=total, desc=f"benchmark {suite.name} shard {shard.label}", unit="episode",
+               disable=not config.show_progress)
+    try:
+        return run_shard(episodes, list(to_run), build, config, shard, store, prepare_block=prepare_block,
+                         progress=bar.update)
+    finally:
+        bar.close()
+
+
+@dataclass
+class RunPlan:
+    """What every shard of one run of a suite shares: the protocol, the token counter, the strategies that run
+    (with their merged settings) and those that do not (with why), and the run's fingerprint."""
+
+    suite: Suite
+    config: ProtocolConfig
+    counter: TokenCounter
+    to_run: dict[str, dict[str, Any]]
+    missing: dict[str, str]
+    fingerprint: dict[str, Any]
+    shards: int = 1
+
+
+def plan_run(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
+             tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None, answers: Any = None,
+             data_id: str = "", shards: int = 1) -> RunPlan:
+    """The :class:`RunPlan` of ``suite`` over ``episodes`` split into ``shards``."""
+    ShardSpec(0, shards)  # the count is checked before anything runs
+    config = protocol_config(suite, show_progress, depth, answers)
+    to_run, missing = plan_strategies(suite, episodes, settings)
+    return RunPlan(suite, config, TokenCounter.from_config(tokenizer), to_run, missing,
+                   run_fingerprint(suite.header(), to_run, config, data_id, shards), shards)
+
+
+def run_planned_shard(plan: RunPlan, episodes: Iterable[Episode], run_dir: str | os.PathLike, shard: ShardSpec,
+                      prepare_block: int | None = None, total: int | None = None) -> ShardStore:
+    """Shard ``shard`` of ``plan`` into ``run_dir/shards/<suite>/<i>-of-<N>`` (resuming what it finished)."""
+    if shard.count != plan.shards:
+        raise ShardError(f"shard {shard.label} does not belong to a run of {plan.shards} shard(s).")
+    store = ShardStore(shard_dir(run_dir, plan.suite.name, shard), plan.fingerprint, shard, plan.suite.name,
+                       plan.missing)
+    try:
+        run_suite_shard(plan.suite, episodes, plan.to_run, plan.config, plan.counter, shard, store,
+                        prepare_block=prepare_block, total=total)
+    finally:
+        store.close()
+    return store
+
+
+def merged_results(plan: RunPlan, run_dir: str | os.PathLike | None = None,
+                   folders: Sequence[str | os.PathLike] | None = None
+                   ) -> tuple[dict[str, ProtocolResult], dict[str, str]]:
+    """The N shards of ``plan`` joined (:func:`pipelines.evaluate.shards.merge`), from ``folders`` (shard i's folder
+    at index i) or from ``run_dir``'s layout: each strategy's ProtocolResult and the strategies that did not run.
+    ShardError names missing, unfinished or foreign shards."""
+    if folders is None:
+        folders = [shard_dir(run_dir, plan.suite.name, ShardSpec(i, plan.shards)) for i in range(plan.shards)]
+    folders = [Path(f) for f in folders]
+    absent = [ShardSpec(i, plan.shards).label for i, f in enumerate(folders) if not (f / "manifest.json").is_file()]
+    if absent:
+        raise ShardError(f"cannot merge suite {plan.suite.name!r}: missing shard(s) {', '.join(absent)} ("
+                         f"{', '.join(str(folders[int(a.split('-')[0])]) for a in absent)}): run them with "
+                         f"`benchmark ... --shards {plan.shards} --shard <i>` and the same --out.")
+    merged = merge(folders)
+    if merged.fingerprint["run"] != plan.fingerprint["run"]:
+        differ = [k for k in ("suite", "strategies", "models", "protocol", "data", "code", "shards")
+                  if merged.fingerprint.get(k) != plan.fingerprint.get(k)]
+        raise ShardError(f"the shards of suite {plan.suite.name!r} under {run_dir} were run with other settings or "
+                         f"data than this command (they differ in: {', '.join(differ) or 'format'}): merge with "
+                         f"the command the shards ran, or run the shards again.")
+    missing = {**plan.missing, **merged.missing}
+    return results_from_records(merged.records, list(plan.to_run), missing), missing
+
+
+def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
+                   tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None,
+                   generation: dict[str, dict[str, Any]] | None = None, answers: Any = None,
+                   run_dir: str | os.PathLike | None = None, data_id: str = "", shards: int = 1,
+                   shard_folders: Sequence[str | os.PathLike] | None = None) -> SuiteRun:
+    """Run each strategy of ``suite`` over ``episodes``, then the suite's generators; ``settings``
+    (strategy -> config fields) go under the suite's own ``strategy_settings``; ``generation``
+    (generator -> settings: ``teacher`` / ``student`` / ``decoder`` folders, ``max_new_tokens``,
+    ``seed``, ``device``) goes over the project defaults (:func:`generation_defaults` under the
+    project root). A strategy that cannot run on ``episodes`` (:func:`plan_strategies`) or whose model is not
+    trained is not run and is recorded in ``missing`` with the reason; a generator whose model is missing in
+    ``generation_missing``. A strategy that ran but retrieved nothing for any query is logged as a warning (and
+    noted in the report). ``answers`` (a protocol AnswerRequest, pipelines.evaluate.answers.readers.answer_request)
+    makes the protocol record the readers' contexts of those questions in each ProtocolResult (the retrieval
+    figures do not change).
+
+    The strategies run episode by episode (:mod:`pipelines.evaluate.shards`). With ``run_dir`` each finished
+    episode is kept under ``run_dir/shards/<suite>/<i>-of-<N>`` (``data_id`` names the data in the run's
+    fingerprint): with ``shards`` 1 the one shard runs here (a killed run started again resumes after the
+    episodes it finished); with more, the shards must have been run (``run_planned_shard``) and are merged (from
+    ``shard_folders``, shard i's folder at index i, when given: the benchmark stage's layout)."""
+    plan = plan_run(suite, episodes, settings, tokenizer, show_progress, depth, answers, data_id, shards)
+    if shards > 1 or shard_folders is not None:
+        if run_dir is None and shard_folders is None:
+            raise ConfigError(f"merging {shards} shards needs the folder they were written to (run_dir).")
+        results, missing = merged_results(plan, run_dir, shard_folders)
+    elif run_dir is not None:
+        run_planned_shard(plan, episodes, run_dir, ShardSpec(), total=len(episodes))
+        results, missing = merged_results(plan, run_dir)
+    else:
+        records = run_suite_shard(suite, episodes, plan.to_run, plan.config, plan.counter, total=len(episodes))
+        results, missing = results_from_records(records.values(), list(plan.to_run), plan.missing), plan.missing
+    return finish_suite(suite, episodes, results, missing, plan.counter, generation, answers, show_progress)
+
+
+def finish_suite(suite: Suite, episodes: Sequence[Episode], results: dict[str, ProtocolResult],
+                 missing: dict[str, str], counter: TokenCounter, generation: dict[str, dict[str, Any]] | None = None,
+                 answers: Any = None, show_progress: bool = True) -> SuiteRun:
+    """The SuiteRun of a suite whose retrieval is done (``results``, in the suite's order): the checks that
+    something was scored, then the suite's generators."""
+    results = {name: results[name] for name in suite.strategies if name in results}
     require_scored_queries(suite, episodes, results)
     scored, not_scored = run_generation(suite, episodes, generation, show_progress)
     answering = answers is not None and bool(answers.queries)  # the answers of its questions are scored
@@ -477,7 +600,7 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
                              f"ran: {', '.join(results) or 'none'}), and no response generation was scored ("
                              + (", ".join(f"{g}: {why}" for g, why in not_scored.items()) or "none configured")
                              + ").")
-    run = SuiteRun(suite, len(episodes), results, missing, counter, scored, not_scored)
+    run = SuiteRun(suite, len(episodes), results, dict(missing), counter, scored, not_scored)
     for name in run.retrieved_nothing():
         logging.getLogger("mnemos").warning("strategy %s retrieved nothing for any of the %d scored queries of "
                                             "suite %s", name, results[name].aggregate()["overall"]["queries"],

@@ -3,6 +3,8 @@ language model gives from each memory (pipelines/evaluate/answers)."""
 
 from __future__ import annotations
 
+import shutil
+
 from pipelines.config import load_params
 from pipelines.data.schema import iter_episodes
 from pipelines.data.stage import canonical_dir
@@ -24,6 +26,8 @@ METRICS = "reports/metrics.json"
 HEADLINE = "reports/headline"  # <suite>/<strategy>.json: the DVC metrics (report.write_headline)
 QUERIES = "reports/queries.jsonl"
 PLOTS = "reports/plots"
+SHARDS = "reports/shards"  # <key>/<suite>: benchmark_shard's complete shards, merged by the benchmark stage
+SHARD_PROGRESS = ".cache/benchmark"  # the shards' finished episodes as they end (undeclared: a killed shard resumes)
 LLM_CACHE = ".cache/llm"  # the reader's and judge's response cache (and the converted local model), undeclared
 TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER, "emma_dialogue": EMMA_DIALOGUE,
            "glong_importance": GLONG_IMPORTANCE, "glong_extractor": GLONG_EXTRACTOR, "reranker": RERANKER}
@@ -61,19 +65,95 @@ def _first_suite() -> str:
     return _suites()[0]
 
 
-@stage(name="benchmark", group="evaluate", params=("benchmark", "synthetic", "mdr", "glong", "emma", "llm", "rerank"),
-       inputs=(*_suite_inputs(), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
-               EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER, RERANKER),
+def _shard_keys() -> tuple[str, ...]:
+    """The benchmark's shards, params.yaml ``benchmark.shards`` (default 1): keys "0" .. "N-1"."""
+    count = (load_params().get("benchmark") or {}).get("shards", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return ("0",)  # the resolver says what is wrong with the value when a stage runs
+    return tuple(str(i) for i in range(count))
+
+
+PARAMS = ("benchmark", "synthetic", "mdr", "glong", "emma", "llm", "rerank")
+INPUTS = (*_suite_inputs(), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
+          EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER, RERANKER)
+CODE = ("pipelines/evaluate", "pipelines/memory", "pipelines/llm")
+
+
+def _suite_data(ctx, suite):
+    """A suite's canonical data folder (its ingest stage's output) and its episodes."""
+    source = "synthetic" if suite.source in ("synthetic", "canonical") else suite.source
+    data = ctx.path(canonical_dir(source))
+    return source, data, list(_episodes(suite, data))
+
+
+def _strategy_settings(ctx, suite) -> dict:
+    from pipelines.evaluate.suite import strategy_defaults
+
+    cfg = ctx.config["benchmark"]
+    settings = strategy_defaults(suite.strategies, ctx.root, embedding_batch_size=cfg.get("embedding_batch_size", 64))
+    for strategy, values in (cfg.get("strategy_settings") or {}).items():
+        if strategy in suite.strategies:
+            settings.setdefault(strategy, {}).update(values)
+    return settings
+
+
+def _shard_count(ctx) -> int:
+    """The number of shards: the registry's (params.yaml), which this run's config must not contradict."""
+    count = len(ctx.stage.partitions) if ctx.stage.partitions else len(_shard_keys())
+    asked = int((ctx.config.get("benchmark") or {}).get("shards", 1))
+    if asked != count:
+        from pipelines.errors import ConfigError
+
+        raise ConfigError(f"benchmark.shards is {asked} in this run but the stages were declared with {count} from "
+                          f"params.yaml: set benchmark.shards in params.yaml (then `make dvc-yaml`), not at run time.")
+    return count
+
+
+@stage(name="benchmark_shard", group="evaluate", params=PARAMS, inputs=INPUTS, outputs=(f"{SHARDS}/{{partition}}",),
+       partitions=_shard_keys(), code=CODE)
+def benchmark_shard(ctx) -> StageResult:
+    """One shard of every configured benchmark suite through the temporal protocol (the benchmark stage merges them).
+
+    A shard holds a suite's episodes at positions p with p mod N equal to its key (N = params.yaml
+    ``benchmark.shards``); every strategy runs over them episode by episode.
+
+    Each finished episode is kept under ``.cache/benchmark`` as it ends (a killed run resumes after the episodes it
+    finished); the complete shard is then copied to ``reports/shards/<key>/<suite>``. The readers' contexts of the
+    questions the benchmark stage will answer are recorded with the retrieval.
+    """
+    from pipelines.evaluate.answers.run import AnswerSettings, evaluate_shard
+    from pipelines.evaluate.shards import ShardSpec, data_digest
+    from pipelines.evaluate.suite import load_suite
+
+    count = _shard_count(ctx)
+    shard = ShardSpec(int(ctx.stage.partition or 0), count)
+    answer_settings = AnswerSettings.from_config(ctx.config.get("llm") or {}, ctx.config.get("seed", 2022))
+    episodes, missing = {}, {}
+    for name in _suites():
+        suite = load_suite(name)
+        _, data, published = _suite_data(ctx, suite)
+        store = evaluate_shard(suite, published, _strategy_settings(ctx, suite), suite.answers is not None,
+                               answer_settings, shard, ctx.path(SHARD_PROGRESS), data_id=data_digest([data]))
+        target = ctx.path(f"{SHARDS}/{shard.index}/{suite.name}")
+        shutil.copytree(store.folder, target)
+        episodes[suite.name], missing[suite.name] = len(store.done), dict(store.missing)
+    return StageResult(metadata={"shard": shard.label, "episodes": episodes, "missing": missing},
+                       metrics={f"{suite}/episodes": float(n) for suite, n in episodes.items()})
+
+
+@stage(name="benchmark", group="evaluate", params=PARAMS,
+       inputs=(*INPUTS, *(f"{SHARDS}/{key}" for key in _shard_keys())),
        outputs=(REPORT, METRICS, HEADLINE, QUERIES, PLOTS),
        metrics=(HEADLINE,),
        plots=(_recall_plot(), f"{PLOTS}/{_first_suite()}/recall_at_k.png",
               f"{PLOTS}/{_first_suite()}/recall_by_session.png", f"{PLOTS}/{_first_suite()}/tokens_vs_recall.png"),
-       code=("pipelines/evaluate", "pipelines/memory", "pipelines/llm"))
+       code=CODE)
 def benchmark(ctx) -> StageResult:
     """Every memory strategy of every configured benchmark suite under the temporal protocol.
 
-    The suites are named in params.yaml ``benchmark.suites`` (default: the synthetic suite); the
-    trained methods' own sections (MDR and EMMA generation, G-Long extraction) follow.
+    The suites are named in params.yaml ``benchmark.suites`` (default: the synthetic suite); their retrieval is
+    the benchmark_shard stage's (its shards, merged here); the trained methods' own sections (MDR and EMMA
+    generation, G-Long extraction) follow.
 
     Memory holds only sessions earlier than the one a query is asked in. Recall@k, recall_any/all@k,
     ndcg_any@k, MRR and context tokens at turn, session and memory level, per category and per
@@ -90,23 +170,22 @@ def benchmark(ctx) -> StageResult:
     from pipelines.evaluate.report import write_headline, write_report
     from pipelines.evaluate.suite import corpus_episodes, load_suite, strategy_defaults
 
+    from pipelines.evaluate.shards import data_digest
+
     cfg = ctx.config["benchmark"]
     llm_cfg = ctx.config.get("llm") or {}
     answer_settings = AnswerSettings.from_config(llm_cfg, ctx.config.get("seed", 2022))
     llms = AnswerLLMs(llm_cfg, ctx.path(LLM_CACHE))  # built at the first suite that answers
     runs, answer_runs, synthetic_episodes, split = [], [], None, "test"
+    count = _shard_count(ctx)
     try:
         for name in _suites():
             suite = load_suite(name)
-            source = "synthetic" if suite.source in ("synthetic", "canonical") else suite.source
-            data = ctx.path(canonical_dir(source))
-            published = list(_episodes(suite, data))
-            settings = strategy_defaults(suite.strategies, ctx.root,
-                                         embedding_batch_size=cfg.get("embedding_batch_size", 64))
-            for strategy, values in (cfg.get("strategy_settings") or {}).items():
-                if strategy in suite.strategies:
-                    settings.setdefault(strategy, {}).update(values)
-            run, answered = evaluate_and_answer(suite, published, settings, llms, answer_settings)
+            source, data, published = _suite_data(ctx, suite)
+            folders = [ctx.path(f"{SHARDS}/{key}/{suite.name}") for key in _shard_keys()]
+            run, answered = evaluate_and_answer(suite, published, _strategy_settings(ctx, suite), llms,
+                                                answer_settings, data_id=data_digest([data]), shards=count,
+                                                shard_folders=folders)
             runs.append(run)
             answer_runs += [answered] if answered is not None else []
             if source == "synthetic" and synthetic_episodes is None:

@@ -21,8 +21,10 @@ SECTIONS = ("## Response generation (MDR)", "## Triplet extraction (G-Long extra
 
 
 def trained_inputs() -> list[str]:
-    """The benchmark stage's inputs that other stages train or write (every declared input but canonical data)."""
-    return [rel for rel in STAGES["benchmark"].inputs if not rel.startswith("data/canonical/")]
+    """The benchmark stage's inputs that other stages train or write (every declared input but canonical data and
+    the benchmark's own shards, which the benchmark_shard stage writes)."""
+    return [rel for rel in STAGES["benchmark"].inputs
+            if not rel.startswith("data/canonical/") and not rel.startswith("reports/shards/")]
 
 
 def _project(root: Path) -> Path:
@@ -45,10 +47,14 @@ def _project(root: Path) -> Path:
 
 def test_two_benchmark_runs_at_once_write_each_section_once(tmp_path):
     root = _project(tmp_path / "project")
-    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), MNEMOS_STUB_SECONDS="1",
+    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), MNEMOS_STUB_SECONDS="8",  # the merge is quick: the sections keep the first busy
                MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
                MNEMOS_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri())
     env.pop("MNEMOS_LOCK_TIMEOUT", None)  # the default: the second run waits for the first
+    shard = subprocess.run([sys.executable, "-m", "pipelines", "run", "benchmark_shard"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=600)  # the retrieval the benchmark merges
+    assert shard.returncode == 0, shard.stderr[-3000:]
+    assert json.loads((root / "reports/shards/0/synthetic/manifest.json").read_text())["complete"] is True
     runs = [subprocess.Popen([sys.executable, str(DRIVER)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outcomes = [run.communicate(timeout=600) for run in runs]
@@ -76,3 +82,70 @@ def test_two_benchmark_runs_at_once_write_each_section_once(tmp_path):
     assert not [p for p in reports.rglob("*") if p.name.endswith(".tmp")]  # no temporary left behind
     for out, _ in outcomes:  # each run's summary line names the report it wrote
         assert json.loads(out.strip().splitlines()[-1])["report"] == str(reports / "benchmark.md")
+
+
+def _sharded_project(root: Path, shards: int) -> Path:
+    """``_project`` with more test episodes, a slow strategy (tests/evaluate/slow_benchmark_cli.py) and
+    ``benchmark.shards`` set."""
+    _project(root)
+    suite = yaml.safe_load((root / "suite.yaml").read_text())
+    suite["strategies"] = ["no_history", "slow_bm25"]
+    (root / "suite.yaml").write_text(yaml.safe_dump(suite))
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["benchmark"]["shards"] = shards
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_splits(generate(SyntheticConfig(episodes=30, sessions=3, turns=6, partners=2, queries_per_session=2)),
+                 root / "data/canonical/synthetic")
+    return root
+
+
+def test_shard_partitions_run_side_by_side_resume_when_killed_and_merge_to_the_one_shard_report(tmp_path):
+    import signal
+    import time
+
+    slow = REPO / "tests" / "evaluate" / "slow_benchmark_cli.py"
+
+    def env_of(root: Path, seconds: str) -> dict:
+        return dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), MNEMOS_SLOW_SECONDS=seconds,
+                    MNEMOS_STUB_SECTIONS="1", MNEMOS_STUB_SECONDS="0")
+
+    def run(root: Path, *args: str, seconds: str = "0") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(slow), "run", *args, "--no-track"], cwd=REPO,
+                              env=env_of(root, seconds), capture_output=True, text=True, timeout=600)
+
+    one = _sharded_project(tmp_path / "one", shards=1)
+    for stage in ("benchmark_shard", "benchmark"):
+        assert (done := run(one, stage)).returncode == 0, done.stderr[-3000:]
+
+    two = _sharded_project(tmp_path / "two", shards=2)
+    refused = run(two, "benchmark_shard")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "give --partition with one of 0, 1" in refused.stderr
+    progress = two / ".cache/benchmark/shards/synthetic/0-of-2/episodes.jsonl"
+    runs = {key: subprocess.Popen([sys.executable, str(slow), "run", "benchmark_shard", "--partition", key,
+                                   "--no-track"], cwd=REPO, env=env_of(two, "0.3"), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True) for key in ("0", "1")}
+    deadline = time.time() + 300
+    while time.time() < deadline and runs["0"].poll() is None:
+        if progress.is_file() and progress.read_text().count("\n") >= 1:
+            break
+        time.sleep(0.05)
+    assert runs["0"].poll() is None, runs["0"].stderr.read()[-2000:]
+    os.kill(runs["0"].pid, signal.SIGKILL)  # shard 0 killed after its first episode; shard 1 goes on beside it
+    runs["0"].wait()
+    _, err = runs["1"].communicate(timeout=600)
+    assert runs["1"].returncode == 0, err[-3000:]
+    assert not (two / "reports/shards/0").exists()  # a killed shard leaves no declared output
+    finished = progress.read_text().count("\n")
+    resumed = run(two, "benchmark_shard", "--partition", "0")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming after {finished} finished episode(s)" in resumed.stderr
+    assert (merged := run(two, "benchmark")).returncode == 0, merged.stderr[-3000:]
+
+    def figures(root: Path) -> dict:
+        metrics = json.loads((root / "reports/metrics.json").read_text(encoding="utf-8"))
+        return {s: {n: {k: v for k, v in m.items() if "latency" not in k} for n, m in per.items()}
+                for s, per in metrics.items()}
+
+    assert figures(two) == figures(one)
+    assert figures(one)["synthetic"]["slow_bm25"]["queries"] > 0

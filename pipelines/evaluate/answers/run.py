@@ -232,27 +232,58 @@ class AnswerLLMs:
                 llm.close()
 
 
+def _request(suite, episodes: Sequence[Episode], llms, settings: "AnswerSettings"):
+    """(questions, the protocol's AnswerRequest) of a suite that answers with ``llms``, else (None, None)."""
+    from pipelines.evaluate.answers.readers import answer_request, select_questions
+
+    if suite.answers is None or llms is None:
+        return None, None
+    questions = select_questions(suite, episodes, settings.max_questions)
+    return questions, answer_request(suite, questions)
+
+
 def evaluate_and_answer(suite, published: Sequence[Episode], strategy_settings: Mapping[str, Any] | None = None,
                         llms: AnswerLLMs | None = None, settings: AnswerSettings | None = None, *,
-                        show_progress: bool = True, generation: Mapping[str, Any] | None = None):
+                        show_progress: bool = True, generation: Mapping[str, Any] | None = None,
+                        run_dir=None, data_id: str = "", shards: int = 1, shard_folders=None):
     """One suite as the benchmark stage and the CLI run it: the retrieval (:func:`~pipelines.evaluate.report.
     evaluate_suite` over ``published`` under the suite's corpus) and, when the suite has ``answers`` and ``llms``
     are given, the answers (:func:`answer_suite`, the contexts recorded by that same protocol run).
+    ``run_dir``, ``data_id``, ``shards``: as evaluate_suite's (each finished episode kept under ``run_dir``, so a
+    killed run resumes; with ``shards`` > 1 the shards that :func:`evaluate_shard` wrote there, or in
+    ``shard_folders``, are merged).
     Returns (SuiteRun, AnswerRun or None)."""
-    from pipelines.evaluate.answers.readers import answer_request, select_questions
     from pipelines.evaluate.report import evaluate_suite
     from pipelines.evaluate.suite import corpus_episodes
 
     settings = settings or AnswerSettings()
     episodes = corpus_episodes(suite, published)
-    answering = suite.answers is not None and llms is not None
-    questions = select_questions(suite, episodes, settings.max_questions) if answering else None
+    questions, request = _request(suite, episodes, llms, settings)
     run = evaluate_suite(suite, episodes, dict(strategy_settings or {}), show_progress=show_progress,
                          generation=dict(generation) if generation is not None else None,
-                         answers=answer_request(suite, questions) if answering else None)
-    if not answering:
+                         answers=request, run_dir=run_dir, data_id=data_id, shards=shards,
+                         shard_folders=shard_folders)
+    if questions is None:
         return run, None
     answered = answer_suite(suite, episodes, run.results, llms.reader, llms.judge, settings, published=published,
                             counter=run.counter, missing=run.missing, questions=questions,
                             show_progress=show_progress)
     return run, answered
+
+
+def evaluate_shard(suite, published: Sequence[Episode], strategy_settings: Mapping[str, Any] | None,
+                   answering: bool, settings: AnswerSettings | None, shard, run_dir, *, data_id: str = "",
+                   show_progress: bool = True):
+    """The retrieval of shard ``shard`` (a :class:`~pipelines.evaluate.shards.ShardSpec`) of a suite, kept under
+    ``run_dir/shards/<suite>/<i>-of-<N>`` for :func:`evaluate_and_answer` with ``shards`` N to merge (the readers'
+    contexts of the questions it will answer, when ``answering``, are recorded). Returns the shard's store."""
+    from pipelines.evaluate.report import plan_run, run_planned_shard
+    from pipelines.evaluate.suite import corpus_episodes
+
+    settings = settings or AnswerSettings()
+    episodes = corpus_episodes(suite, published)
+    _, request = _request(suite, episodes, True if answering else None, settings)
+    plan = plan_run(suite, episodes, dict(strategy_settings or {}), show_progress=show_progress, answers=request,
+                    data_id=data_id, shards=shard.count)
+    total = sum(1 for p in range(len(episodes)) if shard.holds(p))
+    return run_planned_shard(plan, episodes, run_dir, shard, total=total)

@@ -178,8 +178,9 @@ def test_the_benchmark_stage_answers_reports_and_traces(tmp_path, mlflow_store, 
     absent = str(tmp_path / "not-trained")  # the stage's inputs exist (empty): point the trained models elsewhere
     untrained = {"egocentric": {"retriever": absent}, "egocentric_gold": {"retriever": absent},
                  "graph": {"importance_model": absent}, "mdr": {"teacher": absent}, "rerank": {"reranker_path": absent}}
-    result = run_stage("benchmark", {"llm": {"max_questions": 2}, "benchmark": {"strategy_settings": untrained}},
-                       root=root)
+    overrides = {"llm": {"max_questions": 2}, "benchmark": {"strategy_settings": untrained}}
+    run_stage("benchmark_shard", overrides, root=root, track=False)  # the retrieval, with the answers' contexts
+    result = run_stage("benchmark", overrides, root=root)
     [(llm, cache_dir)] = built
     assert llm["judge"] is None and llm["reader"]["model"] == "smollm2-135m-instruct"
     assert cache_dir == root / ".cache" / "llm"

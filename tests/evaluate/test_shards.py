@@ -1,0 +1,169 @@
+"""pipelines/evaluate/shards.py: the deal of episodes into shards, the store of finished episodes, the merge."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.evaluate.protocol import ProtocolConfig, run_protocol
+from pipelines.evaluate.shards import (EPISODES, MANIFEST, ShardError, ShardSpec, ShardStore, _sum_writers,
+                                       data_digest, merge, results_from_records, run_fingerprint, run_shard)
+from pipelines.memory import build_strategy
+from tests.evaluate.conftest import build_episode
+
+CONFIG = ProtocolConfig(ks=(1, 3), show_progress=False)
+
+
+def _episodes(n: int):
+    base = build_episode()
+    return [base.model_copy(update={"id": f"ep-{i}"}) for i in range(n)]
+
+
+def _fingerprint(data: str = "d", count: int = 1, suite: str = "s") -> dict:
+    return run_fingerprint({"suite": suite}, {"bm25": {}}, CONFIG, data, count)
+
+
+@pytest.mark.parametrize("index,count,message", [(2, 2, r"out of range for 2 shard\(s\)"), (-1, 3, "out of range"),
+                                                 (0, 0, "at least 1"), (True, 2, "integer")])
+def test_shard_spec_refuses_what_cannot_be_a_shard(index, count, message):
+    with pytest.raises(ShardError, match=message):
+        ShardSpec(index, count)
+
+
+def test_round_robin_deal_covers_every_position_once():
+    shards = [ShardSpec(i, 3) for i in range(3)]
+    for position in range(20):
+        assert [s.holds(position) for s in shards].count(True) == 1
+        assert shards[position % 3].holds(position)
+
+
+def test_one_shard_equals_run_protocol_per_strategy():
+    episodes = _episodes(3)
+    records = run_shard(episodes, ["bm25", "long_context"], lambda name: build_strategy(name), CONFIG)
+    results = results_from_records(records.values(), ["bm25", "long_context"])
+    for name in ("bm25", "long_context"):
+        plain = run_protocol(episodes, name, CONFIG)
+        assert results[name].scores == plain.scores
+        assert results[name].excluded == plain.excluded
+        assert results[name].memory == plain.memory
+        assert results[name].episodes == plain.episodes == 3
+
+
+def test_store_resumes_after_whole_lines_and_drops_a_torn_one(tmp_path):
+    episodes = _episodes(4)
+    build = lambda name: build_strategy(name)  # noqa: E731
+    store = ShardStore(tmp_path / "s", _fingerprint(), ShardSpec(), "s")
+    first = run_shard(episodes[:2], ["bm25"], build, CONFIG, store=store)
+    assert json.loads((tmp_path / "s" / MANIFEST).read_text())["complete"] is True
+    with (tmp_path / "s" / EPISODES).open("a") as f:
+        f.write('{"position": 2, "episode": "ep-2", "strat')  # a kill in the middle of a write
+    calls = []
+
+    def counting(name):
+        calls.append(name)
+        return build_strategy(name)
+
+    again = ShardStore(tmp_path / "s", _fingerprint(), ShardSpec(), "s")
+    assert sorted(again.done) == [0, 1]
+    records = run_shard(episodes, ["bm25"], counting, CONFIG, store=again)
+    assert sorted(records) == [0, 1, 2, 3] and records[0] == first[0]
+    assert len(calls) == 1 + 2  # one prepare over the 2 episodes left, one memory each; none for the finished ones
+    lines = (tmp_path / "s" / EPISODES).read_text().splitlines()
+    assert [json.loads(x)["position"] for x in lines] == [0, 1, 2, 3]
+
+
+def test_store_of_another_run_starts_again(tmp_path):
+    store = ShardStore(tmp_path / "s", _fingerprint("old"), ShardSpec(), "s")
+    run_shard(_episodes(2), ["bm25"], lambda n: build_strategy(n), CONFIG, store=store)
+    fresh = ShardStore(tmp_path / "s", _fingerprint("new"), ShardSpec(), "s")
+    assert fresh.done == {}
+    assert (tmp_path / "s" / EPISODES).read_text() == ""
+
+
+def _shards(tmp_path, count: int, data: str = "d") -> list:
+    folders = []
+    for i in range(count):
+        spec = ShardSpec(i, count)
+        store = ShardStore(tmp_path / spec.label, _fingerprint(data, count), spec, "s")
+        run_shard(_episodes(5), ["bm25"], lambda n: build_strategy(n), CONFIG, spec, store)
+        folders.append(tmp_path / spec.label)
+    return folders
+
+
+def test_merge_puts_the_episodes_back_in_order(tmp_path):
+    merged = merge(_shards(tmp_path, 2))
+    assert [r["position"] for r in merged.records] == [0, 1, 2, 3, 4]
+    assert [r["episode"] for r in merged.records] == [f"ep-{i}" for i in range(5)]
+    result = results_from_records(merged.records, ["bm25"])["bm25"]
+    assert result.scores == run_protocol(_episodes(5), "bm25", CONFIG).scores
+
+
+def test_merge_refusals(tmp_path):
+    folders = _shards(tmp_path / "a", 3)
+    with pytest.raises(ShardError, match="missing shard.*1-of-3"):
+        merge([folders[0], folders[2]])
+    with pytest.raises(ShardError, match="given twice"):
+        merge([folders[0], folders[0]])
+    other = _shards(tmp_path / "b", 3, data="other")
+    with pytest.raises(ShardError, match="different runs.*data"):
+        merge([folders[0], folders[1], other[2]])
+    manifest = folders[2] / MANIFEST
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "complete": False}))
+    with pytest.raises(ShardError, match="2-of-3.*did not finish"):
+        merge(folders)
+    with pytest.raises(ShardError, match="no readable shard manifest"):
+        merge([tmp_path / "nothing"])
+
+
+def test_writer_reports_add_up_per_role_and_model():
+    a = [{"role": "extractor", "model": "m", "calls": 2, "seconds": 1.5, "parse": {"valid": 1, "dropped": 1}}]
+    b = [{"role": "extractor", "model": "m", "calls": 3, "seconds": 0.5, "parse": {"valid": 2}},
+         {"role": "summary", "model": "m", "calls": 1}]
+    total = _sum_writers(_sum_writers([], a), b)
+    assert total == [{"role": "extractor", "model": "m", "calls": 5, "seconds": 2.0,
+                      "parse": {"valid": 3, "dropped": 1}}, {"role": "summary", "model": "m", "calls": 1}]
+
+
+def test_data_digest_follows_the_bytes(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text("x")
+    first = data_digest([tmp_path / "d"])
+    assert data_digest([tmp_path / "d"]) == first
+    (tmp_path / "d" / "a.jsonl").write_text("y")
+    assert data_digest([tmp_path / "d"]) != first
+    assert data_digest(extra={"seed": 1}) != data_digest(extra={"seed": 2})
+
+
+def test_streamed_blocks_give_the_same_records_and_release_earlier_episodes():
+    import gc
+    import weakref
+
+    alive: list[weakref.ref] = []
+    seen_at_prepare: list[int] = []
+
+    def stream():  # made one at a time, as a streaming loader yields them
+        for i in range(6):
+            episode = _episodes(1)[0].model_copy(update={"id": f"ep-{i}"})
+            alive.append(weakref.ref(episode))
+            yield episode
+
+    def build(name):
+        strategy = build_strategy(name)
+        original = strategy.prepare
+
+        def prepare(episodes):
+            gc.collect()
+            seen_at_prepare.append(sum(1 for ref in alive if ref() is not None))
+            return original(episodes)
+
+        strategy.prepare = prepare
+        return strategy
+
+    streamed = run_shard(stream(), ["bm25"], build, CONFIG, prepare_block=2)
+    listed = run_shard(_episodes(6), ["bm25"], lambda n: build_strategy(n), CONFIG)
+    assert results_from_records(streamed.values(), ["bm25"])["bm25"].scores == \
+        results_from_records(listed.values(), ["bm25"])["bm25"].scores
+    assert seen_at_prepare == [2, 2, 2]  # one block of 2 in memory at a time, the earlier ones released
+    with pytest.raises(ValueError, match="prepare_block"):
+        run_shard(_episodes(1), ["bm25"], build, CONFIG, prepare_block=0)
