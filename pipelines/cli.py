@@ -115,6 +115,12 @@ def cmd_benchmark(args) -> int:
         suite = suite.with_overrides(max_episodes=args.max_episodes)
     if args.no_answers:
         suite = dataclasses.replace(suite, answers=None)
+    if args.stream:
+        suite = dataclasses.replace(suite, stream=True)
+    if suite.stream and (suite.answers is not None or suite.generation):
+        raise ConfigError(f"suite {suite.name!r} streams its data (stream: true), and a streamed run scores the "
+                          f"retrieval only: add --no-answers" + (" and run a copy of the suite without "
+                                                                 "'generation'" if suite.generation else "") + ".")
     published = suite_episodes(suite, args.path, synthetic_defaults={"seed": config.get("seed", 2022),
                                                                      **config.get("synthetic", {})},
                                config=config, corpus=False)
@@ -199,6 +205,9 @@ def _benchmark_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--shards", type=int, metavar="N",
                        help="the suite's episodes are split into N shards (episode p in shard p mod N); without "
                             "--shard, the N shards written under --out are merged into the report")
+    bench.add_argument("--stream", action="store_true",
+                       help="read the published file one block of episodes at a time (the suite's stream: true; "
+                            "LongMemEval M): memory of one block, whatever the file's size; retrieval only")
     bench.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
     bench.add_argument("--profile", choices=sorted(PROFILES), help="override params.yaml's profile")
     bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

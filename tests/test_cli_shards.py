@@ -160,3 +160,23 @@ def test_a_killed_benchmark_resumes_after_its_finished_episodes(tmp_path):
                            env={**env, "MNEMOS_SLOW_SECONDS": "0"}, capture_output=True, text=True, timeout=300)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert _report(out) == _report(tmp_path / "whole")
+
+
+LONGMEMEVAL = REPO / "tests" / "fixtures" / "longmemeval_official" / "longmemeval_tiny.json"
+
+
+def test_a_streamed_suite_reports_what_the_listed_one_does_and_answers_nothing(tmp_path):
+    root = tmp_project(tmp_path / "project")
+    base = ["benchmark", "--suite", "longmemeval_s", "--path", str(LONGMEMEVAL), "--no-answers", "-q",
+            "--strategies", "bm25,long_context"]
+    listed = run_cli([*base, "--out", str(tmp_path / "listed")], root)
+    streamed = run_cli([*base, "--out", str(tmp_path / "streamed"), "--stream", "--shards", "2", "--shard", "1"], root)
+    assert listed.returncode == 0 and streamed.returncode == 0, listed.stderr[-2000:] + streamed.stderr[-2000:]
+    streamed = run_cli([*base, "--out", str(tmp_path / "streamed"), "--stream", "--shards", "2", "--shard", "0"], root)
+    assert streamed.returncode == 0, streamed.stderr[-2000:]
+    merged = run_cli(["merge", *base[1:], "--out", str(tmp_path / "streamed"), "--stream", "--shards", "2"], root)
+    assert merged.returncode == 0, merged.stderr[-2000:]
+    assert _report(tmp_path / "streamed") == _report(tmp_path / "listed")
+    refused = run_cli(["benchmark", "--suite", "longmemeval_m", "--path", str(LONGMEMEVAL), "--out",
+                       str(tmp_path / "m"), "-q"], root)
+    _one_line_error(refused, "streams its data", "--no-answers")

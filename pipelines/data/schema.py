@@ -14,6 +14,7 @@ to the earlier one it refers to or updates; links never delete anything.
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime
 from typing import Iterable, Iterator, Literal
@@ -175,8 +176,17 @@ class Episode(_Model):
 
 def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode]) -> int:
     """Write episodes atomically (temporary file, then rename). Returns the count."""
-    return write_jsonl(path, SCHEMA_NAME, SCHEMA_VERSION,
-                       (e.model_dump_json(exclude_defaults=True) for e in episodes))
+    return write_jsonl(path, SCHEMA_NAME, SCHEMA_VERSION, (episode_line(e) for e in episodes))
+
+
+def episode_line(episode: Episode) -> str:
+    """One episode as a line of an episodes file (without the newline)."""
+    return episode.model_dump_json(exclude_defaults=True)
+
+
+def header_line() -> str:
+    """The first line of an episodes file (without the newline): what :func:`write_episodes` writes first."""
+    return json.dumps({"schema": SCHEMA_NAME, "version": SCHEMA_VERSION})
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:

@@ -4,8 +4,9 @@ Ingestion = load the source's published files, normalising its known quirks
 (``pipelines.data.loaders``) -> validate the canonical tables and what the load left out
 (``pipelines.validate``, the loss policy set by params.yaml ``ingest``) -> write
 ``data/canonical/<source>/`` only when no blocking rule failed: the same
-``pipelines.data.ingest.load_and_validate`` as ``python -m pipelines ingest`` and ``benchmark
---path``. The validation report (HTML + JSON) is written in every case to
+``pipelines.data.ingest.stream_and_validate`` as ``python -m pipelines ingest`` (a LongMemEval
+file streamed in two passes, one episode at a time; the other sources loaded whole, as
+``load_and_validate`` for ``benchmark --path``). The validation report (HTML + JSON) is written in every case to
 ``reports/validation/<source>.*`` and each rule becomes a Dagster asset check.
 """
 
@@ -109,10 +110,10 @@ def ingest_and_validate(ctx, source: str, path: Path, name: str) -> StageResult:
     data goes to data/canonical/<name>/. The metadata carries the counts, what was dropped and
     flagged by reason with the first examples of each, and the validation warnings.
     """
-    from pipelines.data.ingest import load_and_validate, write_canonical
+    from pipelines.data.ingest import stream_and_validate, write_streamed
 
     html = ctx.path(f"reports/validation/{name}.html")
-    checked = load_and_validate(source, path, config=ctx.config, report=html)
+    checked = stream_and_validate(source, path, config=ctx.config, report=html)  # LongMemEval M: streamed
     report = checked.report
     if ctx.tracker is not None:
         ctx.tracker.log_artifact(html, artifact_path="validation")
@@ -121,7 +122,7 @@ def ingest_and_validate(ctx, source: str, path: Path, name: str) -> StageResult:
             "validation_report_url": html.resolve().as_uri()}
     if not report.passed:
         return StageResult(metadata=meta, checks=list(report.outcomes))
-    counts = write_canonical(checked.loaded, ctx.path(canonical_dir(name)), extra={"warnings": checked.warnings()})
+    counts = write_streamed(checked, ctx.path(canonical_dir(name)))
     meta.update(counts)
     metrics = {k: float(v) for k, v in counts.items() if isinstance(v, (int, float))}
     metrics.update({f"dropped.{k}": float(v) for k, v in counts["dropped"].items()})

@@ -82,6 +82,74 @@ def _frame(name: str, rows: list[dict]) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def empty_rows() -> dict[str, list[dict]]:
+    """One empty row list per table, in :data:`TABLES` order (to fill with :func:`add_episode_rows`)."""
+    return {name: [] for name in COLUMNS}
+
+
+def add_episode_rows(rows: dict[str, list[dict]], ep: Episode, e_pos: int, record: str) -> None:
+    """Append the rows of one episode (at position ``e_pos``, located as ``record``) to ``rows``."""
+    loc = {"episode_pos": e_pos, "episode_id": ep.id, "record": record}
+    rows["episodes"].append({**loc, "source": ep.source, "split": ep.split,
+                             "main_speaker": ep.main_speaker, "n_speakers": len(ep.speakers),
+                             "n_sessions": len(ep.sessions), "n_queries": len(ep.queries)})
+    for sp in ep.speakers:
+        rows["speakers"].append({**loc, "name": sp.name, "role": sp.role,
+                                 "n_persona": len(sp.persona),
+                                 "is_main": sp.name == ep.main_speaker})
+    for s_pos, ses in enumerate(ep.sessions):
+        at = {**loc, "session_pos": s_pos}
+        rows["sessions"].append({**at, "session_id": ses.id, "session_index": ses.index,
+                                 "timestamp": ses.timestamp, "partner": ses.partner,
+                                 "n_turns": len(ses.turns), "n_memories": len(ses.memories),
+                                 "n_links": len(ses.links), "summary": ses.summary})
+        for t_pos, turn in enumerate(ses.turns):
+            rows["turns"].append({**at, "session_id": ses.id, "session_index": ses.index,
+                                  "turn_pos": t_pos, "turn_id": turn.id,
+                                  "speaker": turn.speaker, "text": turn.text,
+                                  "n_triplets": len(turn.triplets),
+                                  "n_memory_tags": len(turn.memory_tags),
+                                  "has_answer": turn.has_answer})
+            for tri in turn.triplets:
+                rows["triplets"].append({**at, "session_id": ses.id, "turn_id": turn.id,
+                                         "subject": tri.subject, "relation": tri.relation,
+                                         "object": tri.object})
+            for mem_id in turn.memory_tags:
+                rows["memory_tags"].append({**at, "session_id": ses.id,
+                                            "session_index": ses.index, "turn_id": turn.id,
+                                            "memory_id": mem_id})
+        for mem in ses.memories:
+            rows["memories"].append({**at, "listed_in": ses.id, "session_index": ses.index,
+                                     "memory_id": mem.id, "session_id": mem.session_id,
+                                     "owner": mem.owner, "about": mem.about,
+                                     "text": mem.text, "importance": mem.importance,
+                                     "kind": mem.kind})
+        for l_pos, link in enumerate(ses.links):
+            rows["links"].append({**at, "session_id": ses.id, "session_index": ses.index,
+                                  "link_pos": l_pos, "from_id": link.from_id,
+                                  "to_id": link.to_id})
+    for q_pos, query in enumerate(ep.queries):
+        evidence = (("turn", query.evidence_turns), ("session", query.evidence_sessions),
+                    ("memory", query.evidence_memories))
+        rows["queries"].append({**loc, "query_pos": q_pos, "query_id": query.id,
+                                "session_id": query.session_id, "question": query.question,
+                                "answer": query.answer, "category": query.category,
+                                "abstention": query.abstention,
+                                "timestamp": query.timestamp,
+                                "n_evidence": sum(len(ids) for _, ids in evidence),
+                                "flags": list(query.flags)})
+        for granularity, ids in evidence:
+            for evidence_id in ids:
+                rows["evidence"].append({**loc, "query_id": query.id,
+                                         "granularity": granularity,
+                                         "evidence_id": evidence_id})
+
+
+def frames(rows: Mapping[str, list[dict]]) -> dict[str, pd.DataFrame]:
+    """The tables of rows collected by :func:`add_episode_rows` (a table without rows keeps its columns)."""
+    return {name: _frame(name, rows.get(name) or []) for name in COLUMNS}
+
+
 def to_tables(episodes: Iterable[Episode], records: Mapping[str, str] | None = None
               ) -> dict[str, pd.DataFrame]:
     """Flatten ``episodes`` into the canonical tables (see the module docstring).
@@ -90,64 +158,10 @@ def to_tables(episodes: Iterable[Episode], records: Mapping[str, str] | None = N
     episodes it does not name are located as ``"episode <i>"`` (0-based position).
     Returns a dict table name -> DataFrame with the columns of :data:`COLUMNS`, in input order.
     """
-    rows: dict[str, list[dict]] = {name: [] for name in COLUMNS}
+    rows = empty_rows()
     for e_pos, ep in enumerate(episodes):
-        loc = {"episode_pos": e_pos, "episode_id": ep.id,
-               "record": record_locator(e_pos, ep.id, records)}
-        rows["episodes"].append({**loc, "source": ep.source, "split": ep.split,
-                                 "main_speaker": ep.main_speaker, "n_speakers": len(ep.speakers),
-                                 "n_sessions": len(ep.sessions), "n_queries": len(ep.queries)})
-        for sp in ep.speakers:
-            rows["speakers"].append({**loc, "name": sp.name, "role": sp.role,
-                                     "n_persona": len(sp.persona),
-                                     "is_main": sp.name == ep.main_speaker})
-        for s_pos, ses in enumerate(ep.sessions):
-            at = {**loc, "session_pos": s_pos}
-            rows["sessions"].append({**at, "session_id": ses.id, "session_index": ses.index,
-                                     "timestamp": ses.timestamp, "partner": ses.partner,
-                                     "n_turns": len(ses.turns), "n_memories": len(ses.memories),
-                                     "n_links": len(ses.links), "summary": ses.summary})
-            for t_pos, turn in enumerate(ses.turns):
-                rows["turns"].append({**at, "session_id": ses.id, "session_index": ses.index,
-                                      "turn_pos": t_pos, "turn_id": turn.id,
-                                      "speaker": turn.speaker, "text": turn.text,
-                                      "n_triplets": len(turn.triplets),
-                                      "n_memory_tags": len(turn.memory_tags),
-                                      "has_answer": turn.has_answer})
-                for tri in turn.triplets:
-                    rows["triplets"].append({**at, "session_id": ses.id, "turn_id": turn.id,
-                                             "subject": tri.subject, "relation": tri.relation,
-                                             "object": tri.object})
-                for mem_id in turn.memory_tags:
-                    rows["memory_tags"].append({**at, "session_id": ses.id,
-                                                "session_index": ses.index, "turn_id": turn.id,
-                                                "memory_id": mem_id})
-            for mem in ses.memories:
-                rows["memories"].append({**at, "listed_in": ses.id, "session_index": ses.index,
-                                         "memory_id": mem.id, "session_id": mem.session_id,
-                                         "owner": mem.owner, "about": mem.about,
-                                         "text": mem.text, "importance": mem.importance,
-                                         "kind": mem.kind})
-            for l_pos, link in enumerate(ses.links):
-                rows["links"].append({**at, "session_id": ses.id, "session_index": ses.index,
-                                      "link_pos": l_pos, "from_id": link.from_id,
-                                      "to_id": link.to_id})
-        for q_pos, query in enumerate(ep.queries):
-            evidence = (("turn", query.evidence_turns), ("session", query.evidence_sessions),
-                        ("memory", query.evidence_memories))
-            rows["queries"].append({**loc, "query_pos": q_pos, "query_id": query.id,
-                                    "session_id": query.session_id, "question": query.question,
-                                    "answer": query.answer, "category": query.category,
-                                    "abstention": query.abstention,
-                                    "timestamp": query.timestamp,
-                                    "n_evidence": sum(len(ids) for _, ids in evidence),
-                                    "flags": list(query.flags)})
-            for granularity, ids in evidence:
-                for evidence_id in ids:
-                    rows["evidence"].append({**loc, "query_id": query.id,
-                                             "granularity": granularity,
-                                             "evidence_id": evidence_id})
-    return {name: _frame(name, table_rows) for name, table_rows in rows.items()}
+        add_episode_rows(rows, ep, e_pos, record_locator(e_pos, ep.id, records))
+    return frames(rows)
 
 
 def table_counts(tables: Mapping[str, pd.DataFrame]) -> dict[str, int]:

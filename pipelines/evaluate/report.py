@@ -47,6 +47,7 @@ class's ``oracle`` says why, e.g. ``egocentric_gold`` reads the dataset's own me
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import os
@@ -63,7 +64,7 @@ from pipelines.evaluate.protocol import (ProtocolConfig, ProtocolResult, aggrega
                                          session_ranges)
 from pipelines.evaluate.shards import (ShardError, ShardSpec, ShardStore, merge, results_from_records, run_fingerprint,
                                        run_shard, shard_dir)
-from pipelines.evaluate.suite import Suite
+from pipelines.evaluate.suite import StreamedEpisodes, Suite
 from pipelines.memory import GRANULARITIES, STRATEGIES, TokenCounter, build_strategy, missing_models
 
 if TYPE_CHECKING:
@@ -502,9 +503,12 @@ class RunPlan:
 def plan_run(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
              tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None, answers: Any = None,
              data_id: str = "", shards: int = 1) -> RunPlan:
-    """The :class:`RunPlan` of ``suite`` over ``episodes`` split into ``shards``."""
+    """The :class:`RunPlan` of ``suite`` over ``episodes`` split into ``shards`` (a streamed suite's strategies are
+    checked against its first block of episodes: reading them all would read the whole file once more)."""
     ShardSpec(0, shards)  # the count is checked before anything runs
     config = protocol_config(suite, show_progress, depth, answers)
+    if isinstance(episodes, StreamedEpisodes):
+        episodes = list(itertools.islice(episodes, suite.stream_block))
     to_run, missing = plan_strategies(suite, episodes, settings)
     return RunPlan(suite, config, TokenCounter.from_config(tokenizer), to_run, missing,
                    run_fingerprint(suite.header(), to_run, config, data_id, shards), shards)
@@ -517,6 +521,8 @@ def run_planned_shard(plan: RunPlan, episodes: Iterable[Episode], run_dir: str |
         raise ShardError(f"shard {shard.label} does not belong to a run of {plan.shards} shard(s).")
     store = ShardStore(shard_dir(run_dir, plan.suite.name, shard), plan.fingerprint, shard, plan.suite.name,
                        plan.missing)
+    if prepare_block is None and isinstance(episodes, StreamedEpisodes):
+        prepare_block = plan.suite.stream_block  # one block of the file in memory at a time
     try:
         run_suite_shard(plan.suite, episodes, plan.to_run, plan.config, plan.counter, shard, store,
                         prepare_block=prepare_block, total=total)
@@ -580,7 +586,9 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
         run_planned_shard(plan, episodes, run_dir, ShardSpec(), total=len(episodes))
         results, missing = merged_results(plan, run_dir)
     else:
-        records = run_suite_shard(suite, episodes, plan.to_run, plan.config, plan.counter, total=len(episodes))
+        block = suite.stream_block if isinstance(episodes, StreamedEpisodes) else None
+        records = run_suite_shard(suite, episodes, plan.to_run, plan.config, plan.counter, prepare_block=block,
+                                  total=len(episodes))
         results, missing = results_from_records(records.values(), list(plan.to_run), plan.missing), plan.missing
     return finish_suite(suite, episodes, results, missing, plan.counter, generation, answers, show_progress)
 
@@ -616,8 +624,10 @@ def require_scored_queries(suite: Suite, episodes: Sequence[Episode],
     Dialogue-only data (ConvAI2, MSC, CC: no question at all, its suites score generation) is not an error; a
     source that publishes questions and loads none fails at load (rule ``load_loss_within_limit``).
     """
-    queries = sum(len(e.queries) for e in episodes)
-    if not results or queries == 0 or any(r.scores for r in results.values()):
+    if not results or any(r.scores for r in results.values()):
+        return
+    queries = sum(len(e.queries) for e in episodes)  # (a streamed suite reads its file again, only here)
+    if queries == 0:
         return
     strategy, result = next(iter(results.items()))
     reasons = ", ".join(f"{reason}: {n}" for reason, n in result.exclusion_counts().items() if n)

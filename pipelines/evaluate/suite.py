@@ -22,6 +22,8 @@ A suite file (``pipelines/evaluate/suites/<name>.yaml``, or any path) holds::
     ablation: {}                 # {steps: [bm25, hybrid, fusion, ...], metrics: [turn/recall@10, ...]} (see below)
     generation: []               # response generation scored on the suite's own data: [mdr] or []
     max_generation_examples: 200 # (Q, R) rounds generated for, evenly spaced over the data (null: all)
+    stream: false                # read the published file one episode at a time (LongMemEval M): see below
+    stream_block: 16             # streamed: episodes read, embedded and evaluated together (memory: one block)
 
 ``generation: [mdr]`` also scores MDR's response generation on the suite's episodes (their
 (P, H, Q, R) rounds, :func:`pipelines.mdr.evaluate.evaluate_mdr_episodes`): BLEU-1..4, ROUGE-L,
@@ -31,6 +33,12 @@ and mdr_decoder (:func:`generation_defaults`); when one is missing the generatio
 missing. Each kept round costs 1 greedy and 5 sampled generations, slow on a CPU with the paper
 profile's GPT-2 124M: ``max_generation_examples`` (default 200) bounds the work. The synthetic
 suite keeps generation off: the benchmark stage already scores MDR's generation on that data.
+
+``stream: true`` (a source whose loader streams, ``longmemeval``; the CLI's ``benchmark --stream`` for any suite)
+never holds the data whole: the file is validated in a first pass (:func:`pipelines.data.ingest.stream_and_validate`)
+and each later pass reads it again, ``stream_block`` episodes at a time, each embedded in one batch and evaluated
+episode by episode, then released (:func:`suite_episodes` returns a :class:`StreamedEpisodes`). The figures are
+those of the list path. Its answers are not streamed yet: a streamed run scores the retrieval (``--no-answers``).
 
 ``ablation`` (absent or {}: no ablation table) names ``steps``, strategies of the suite in order, each adding one
 ingredient to the one before (its class's ``ingredient``), and the ``metrics`` the table shows (flat names,
@@ -76,7 +84,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import yaml
 
@@ -178,6 +186,8 @@ class Suite:
     max_generation_examples: int | None = 200
     answers: SuiteAnswers | None = None  # answer-level evaluation (None: the suite answers nothing)
     ablation: dict[str, Any] = field(default_factory=dict)  # {steps: [strategy, ...], metrics: [...]} (see above)
+    stream: bool = False      # read the published file one block of episodes at a time (see above)
+    stream_block: int = 16    # streamed: episodes per block
     file: str = ""  # where the suite was read from (for error messages)
 
     def __post_init__(self) -> None:
@@ -199,6 +209,10 @@ class Suite:
             raise bad("split", f"must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.max_episodes is not None and (not isinstance(self.max_episodes, int) or self.max_episodes < 1):
             raise bad("max_episodes", f"must be a positive integer or null, got {self.max_episodes!r}")
+        if not isinstance(self.stream, bool):
+            raise bad("stream", f"must be true or false, got {self.stream!r}")
+        if not isinstance(self.stream_block, int) or isinstance(self.stream_block, bool) or self.stream_block < 1:
+            raise bad("stream_block", f"must be a positive integer, got {self.stream_block!r}")
         strategies = tuple(self.strategies)
         if not strategies:
             raise bad("strategies", "name at least one memory strategy")
@@ -358,6 +372,8 @@ def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
     the dialogue as published.
     """
     path = path if path is not None else suite.path
+    if suite.stream and suite.source not in ("synthetic", "canonical") and path is not None:
+        return StreamedEpisodes(suite, _stream_published(suite.source, Path(path), config), corpus)
     if suite.source == "synthetic" and path is None:
         from pipelines.data.synthetic import SyntheticConfig, generate
 
@@ -383,8 +399,56 @@ def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
     return corpus_episodes(suite, episodes) if corpus else episodes
 
 
+class StreamedEpisodes:
+    """A suite's episodes read one at a time from a validated published file (``suite.stream``).
+
+    Each iteration reads the file again (:meth:`pipelines.data.ingest.StreamedIngestion.episodes`) and yields the
+    episodes :func:`suite_episodes` would list, in the same order: the suite's split, its first ``max_episodes``,
+    its queries (``memory_tags``) and, with ``corpus``, its corpus. No episode is kept once the caller drops it.
+    ``len`` is their number (from the validation pass: no extra read).
+    """
+
+    def __init__(self, suite: Suite, ingestion: Any, corpus: bool = True):
+        self.suite, self.ingestion, self.corpus = suite, ingestion, corpus
+        counts = ingestion.splits
+        total = sum(counts.values()) if suite.split == "all" else counts.get(suite.split, 0)
+        self._len = min(total, suite.max_episodes) if suite.max_episodes else total
+        if not self._len:
+            raise ConfigError(f"suite {suite.name!r}: no episode in split {suite.split!r} of {ingestion.path}.")
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[Episode]:
+        taken = 0
+        for episode in self.ingestion.episodes():
+            if taken == self._len:
+                break
+            if self.suite.split != "all" and episode.split != self.suite.split:
+                continue
+            taken += 1
+            if self.suite.queries == "memory_tags":
+                episode = memory_tag_queries(episode)
+            yield corpus_episodes(self.suite, [episode])[0] if self.corpus else episode
+
+    def with_corpus(self) -> "StreamedEpisodes":
+        """The same episodes as the suite's corpus indexes them."""
+        return StreamedEpisodes(self.suite, self.ingestion, corpus=True)
+
+
+def _stream_published(source: str, path: Path, config: dict[str, Any] | None = None):
+    """Validate a published file in one streamed pass (blocking failures raise); its episodes are read later."""
+    from pipelines.data.ingest import stream_and_validate
+
+    checked = stream_and_validate(source, path, config=config)
+    checked.report.raise_if_blocking()
+    return checked
+
+
 def corpus_episodes(suite: Suite, episodes: Sequence[Episode]) -> list[Episode]:
     """``episodes`` as the suite's ``corpus`` indexes them (``main_speaker``: :func:`main_speaker_corpus`)."""
+    if isinstance(episodes, StreamedEpisodes):
+        return episodes.with_corpus()  # type: ignore[return-value] - streamed, never a list
     if suite.corpus == "main_speaker":
         return [main_speaker_corpus(e) for e in episodes]
     return list(episodes)

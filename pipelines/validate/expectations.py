@@ -2,7 +2,9 @@
 
 One ephemeral GX context per :func:`run_expectations` call (nothing is written to disk), a pandas
 data source with one dataframe asset, one ``ExpectationSuite`` and one ``ValidationDefinition``
-per table. Each expectation carries its rule name in ``meta["rule"]``; its result (format
+per table (an :class:`ExpectationRunner` keeps them for the next tables: the streaming validator
+checks a big file chunk by chunk, and :func:`merge_results` adds the chunks' results up). Each
+expectation carries its rule name in ``meta["rule"]``; its result (format
 ``SUMMARY``: the unexpected count and the first 20 unexpected row indices) is mapped back to
 :class:`~pipelines.validate.rules.Failure` records through the table's ``record`` column.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 import pandas as pd
 
@@ -133,6 +135,8 @@ class ExpectationResult:
     count: int                   # GX unexpected_count (every failing row, not only the sampled ones)
     applied: bool                # False when the rule does not apply to these tables
     metadata: dict[str, Any]     # expectation type, table, element count, unexpected percent
+    element_count: int = 0       # rows checked (what merge_results adds up over chunks)
+    missing_count: int | None = None  # of them null, None when GX does not count them (compound columns)
 
 
 def _table_for_gx(frame: pd.DataFrame, columns: set[str]) -> pd.DataFrame:
@@ -153,55 +157,134 @@ def _columns(expectation) -> set[str]:
     return set(cfg.get("column_list") or [cfg["column"]])
 
 
+def unexpected_percent(count: int, element_count: int, missing_count: int | None) -> float | None:
+    """GX's ``unexpected_percent`` (``_format_map_output``): the share of the non-null rows, in percent."""
+    if element_count <= 0:
+        return None
+    if missing_count is None:
+        return count / element_count * 100
+    nonnull = element_count - missing_count
+    return count / nonnull * 100 if nonnull > 0 else None
+
+
+class ExpectationRunner:
+    """One ephemeral GX context running the expectation rules on as many sets of tables as it is given.
+
+    The context, its pandas data source, and one suite and validation definition per table and set
+    of rules are made on first use and reused, so a dataset validated chunk by chunk
+    (``pipelines.validate.stream``) pays GX's set-up once.
+    """
+
+    def __init__(self) -> None:
+        self._context = self._source = None
+        self._batches: dict[str, Any] = {}
+        self._definitions: dict[tuple[str, tuple[str, ...]], tuple[Any, Any]] = {}
+
+    def _definition(self, table: str, items: list[ExpectationRule]) -> tuple[Any, set[str]]:
+        """The validation definition of ``table`` with the expectations of ``items``, and the columns they read."""
+        _quiet_gx()
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        _quiet_gx()
+        if self._context is None:
+            self._context = gx.get_context(mode="ephemeral")
+            self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
+            self._source = self._context.data_sources.add_pandas("mnemos")
+        key = (table, tuple(er.rule for er in items))
+        if key not in self._definitions:
+            if table not in self._batches:
+                asset = self._source.add_dataframe_asset(name=table)
+                self._batches[table] = asset.add_batch_definition_whole_dataframe(table)
+            name = f"mnemos_{table}" + (f"_{len(self._definitions)}" if self._definitions else "")
+            suite = self._context.suites.add(gx.ExpectationSuite(name=name))
+            columns: set[str] = set()
+            for er in items:
+                expectation = er.build()
+                expectation.meta = {"rule": er.rule}
+                expectation.description = RULES[er.rule].description
+                suite.add_expectation(expectation)
+                columns |= _columns(expectation)
+            definition = self._context.validation_definitions.add(
+                gx.ValidationDefinition(name=name, data=self._batches[table], suite=suite))
+            self._definitions[key] = (definition, columns)
+        return self._definitions[key]
+
+    def run(self, tables: Mapping[str, pd.DataFrame], rules: Collection[str] | None = None, *,
+            force: bool = False) -> dict[str, ExpectationResult]:
+        """Rule name -> ExpectationResult over ``tables`` for ``rules`` (default: every expectation rule).
+
+        ``force=True`` runs an expectation even on tables where its ``applies`` is False (the
+        result's ``applied`` still says whether it applies there): whether such a rule applies is
+        then decided over the whole dataset by the caller.
+        """
+        unknown = set(rules or ()) - set(EXPECTATION_RULES)
+        if unknown:
+            raise ValueError(f"not expectation rules: {sorted(unknown)}")
+        results: dict[str, ExpectationResult] = {}
+        by_table: dict[str, list[ExpectationRule]] = {}
+        applies: dict[str, bool] = {}
+        for er in EXPECTATIONS:
+            if rules is not None and er.rule not in rules:
+                continue
+            applies[er.rule] = bool(er.applies(tables[er.table]))
+            if applies[er.rule] or force:
+                by_table.setdefault(er.table, []).append(er)
+            else:
+                results[er.rule] = ExpectationResult([], 0, False, {"table": er.table})
+        for table, items in by_table.items():
+            frame = tables[table].reset_index(drop=True)
+            definition, columns = self._definition(table, items)
+            run = definition.run(batch_parameters={"dataframe": _table_for_gx(frame, columns)},
+                                 result_format=RESULT_FORMAT)
+            by_rule = {er.rule: er for er in items}
+            for res in run.results:
+                er = by_rule[res.expectation_config.meta["rule"]]
+                info = res.exception_info or {}
+                if info.get("raised_exception"):
+                    raise RuntimeError(f"great-expectations could not evaluate rule {er.rule!r} on table "
+                                       f"{table!r}: {info.get('exception_message')}")
+                rows = frame.loc[res.result.get("partial_unexpected_index_list") or []]
+                failures = [Failure(r.record, er.message(r)) for r in rows.itertuples()]
+                missing = res.result.get("missing_count")
+                results[er.rule] = ExpectationResult(
+                    failures=failures, count=int(res.result.get("unexpected_count") or 0),
+                    applied=applies[er.rule],
+                    metadata={"table": table, "expectation": res.expectation_config.type,
+                              "element_count": int(res.result.get("element_count") or 0),
+                              "unexpected_percent": _round(res.result.get("unexpected_percent"))},
+                    element_count=int(res.result.get("element_count") or 0),
+                    missing_count=None if missing is None else int(missing))
+                if not res.success and not failures:
+                    raise RuntimeError(f"great-expectations failed rule {er.rule!r} without naming rows")
+        return results
+
+
 def run_expectations(tables: Mapping[str, pd.DataFrame]) -> dict[str, ExpectationResult]:
     """Run every expectation rule over ``tables`` in one ephemeral GX context.
 
     Returns rule name -> ExpectationResult for every rule of :data:`EXPECTATION_RULES`.
     """
-    _quiet_gx()
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    return ExpectationRunner().run(tables)
 
-    _quiet_gx()
 
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    source = context.data_sources.add_pandas("mnemos")
-    results: dict[str, ExpectationResult] = {}
-    by_table: dict[str, list[tuple[ExpectationRule, Any]]] = {}
-    for er in EXPECTATIONS:
-        if er.applies(tables[er.table]):
-            by_table.setdefault(er.table, []).append((er, er.build()))
-        else:
-            results[er.rule] = ExpectationResult([], 0, False, {"table": er.table})
-    for table, items in by_table.items():
-        frame = tables[table].reset_index(drop=True)
-        columns = set().union(*(_columns(e) for _, e in items))
-        batch = source.add_dataframe_asset(name=table).add_batch_definition_whole_dataframe(table)
-        suite = context.suites.add(gx.ExpectationSuite(name=f"mnemos_{table}"))
-        for er, expectation in items:
-            expectation.meta = {"rule": er.rule}
-            expectation.description = RULES[er.rule].description
-            suite.add_expectation(expectation)
-        definition = context.validation_definitions.add(
-            gx.ValidationDefinition(name=f"mnemos_{table}", data=batch, suite=suite))
-        run = definition.run(batch_parameters={"dataframe": _table_for_gx(frame, columns)},
-                             result_format=RESULT_FORMAT)
-        rules = {er.rule: er for er, _ in items}
-        for res in run.results:
-            er = rules[res.expectation_config.meta["rule"]]
-            info = res.exception_info or {}
-            if info.get("raised_exception"):
-                raise RuntimeError(f"great-expectations could not evaluate rule {er.rule!r} on table "
-                                   f"{table!r}: {info.get('exception_message')}")
-            rows = frame.loc[res.result.get("partial_unexpected_index_list") or []]
-            failures = [Failure(r.record, er.message(r)) for r in rows.itertuples()]
-            results[er.rule] = ExpectationResult(
-                failures=failures, count=int(res.result.get("unexpected_count") or 0),
-                applied=True,
-                metadata={"table": table, "expectation": res.expectation_config.type,
-                          "element_count": int(res.result.get("element_count") or 0),
-                          "unexpected_percent": _round(res.result.get("unexpected_percent"))})
-            if not res.success and not failures:
-                raise RuntimeError(f"great-expectations failed rule {er.rule!r} without naming rows")
-    return results
+def merge_results(rule: str, parts: Iterable[ExpectationResult], limit: int) -> ExpectationResult:
+    """One rule's results over consecutive chunks of a dataset as if GX had checked it whole.
+
+    The chunks must hold whole episodes and the rule must group its rows by episode (every rule but
+    those of ``rules.WHOLE_FILE_RULES``), and a rule applies when it applies to any chunk (each
+    ``applies`` asks whether some row has a value). Counts add up, failures follow chunk order (the
+    first ``limit`` kept), the percentage is recomputed as GX computes it.
+    """
+    parts = list(parts)
+    table = next(er.table for er in EXPECTATIONS if er.rule == rule)
+    applied = [p for p in parts if p.applied]
+    if not applied:
+        return ExpectationResult([], 0, False, {"table": table})
+    count = sum(p.count for p in parts)
+    elements = sum(p.element_count for p in parts)
+    missing = None if any(p.missing_count is None for p in parts) else sum(p.missing_count for p in parts)
+    failures = [f for p in parts for f in p.failures][:limit]
+    metadata = {**applied[0].metadata, "element_count": elements,
+                "unexpected_percent": _round(unexpected_percent(count, elements, missing))}
+    return ExpectationResult(failures, count, True, metadata, elements, missing)

@@ -17,7 +17,7 @@ count once per question, both in what was kept and in what was dropped.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from pipelines.validate.rules import QUESTION_SOURCES, Failure, Tables
 
@@ -44,7 +44,15 @@ def _reasons(load: "LoadResult", kind: str) -> str:
 
 
 def load_loss_within_limit(load: "LoadResult", t: Tables, max_dropped_turn_share: float) -> list[Failure]:
-    kept = {kind: len(t[kind]) for kind in ("episodes", *WEIGHED)}
+    return loss_failures(load, {kind: len(t[kind]) for kind in ("episodes", *WEIGHED)}, set(t["episodes"]["source"]),
+                         max_dropped_turn_share)
+
+
+def loss_failures(load: "LoadResult", kept: Mapping[str, int], sources: Iterable[str],
+                  max_dropped_turn_share: float) -> list[Failure]:
+    """The loss policy over what was kept (``kept``: rows of the episodes table and of every
+    :data:`WEIGHED` table) from ``sources`` (the episodes' sources): what the streaming validator
+    (``pipelines.validate.stream``), which never holds the whole tables, calls with its totals."""
     lost = load.lost()
     out = []
     if kept["episodes"] == 0:
@@ -52,7 +60,7 @@ def load_loss_within_limit(load: "LoadResult", t: Tables, max_dropped_turn_share
         out.append(Failure(WHERE, f"no episode was loaded{why}"))
     elif kept["turns"] == 0 and not lost.get("turns"):
         out.append(Failure(WHERE, f"no turn was loaded ({kept['episodes']} episode(s) without a turn)"))
-    asking = sorted(set(t["episodes"]["source"]) & set(QUESTION_SOURCES))
+    asking = sorted(set(sources) & set(QUESTION_SOURCES))
     if kept["episodes"] and asking and kept["queries"] == 0 and not lost.get("queries"):
         out.append(Failure(WHERE, f"no query was loaded, but {', '.join(asking)} publishes questions"))
     for kind in WEIGHED:

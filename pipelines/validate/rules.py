@@ -181,6 +181,16 @@ RULES: dict[str, Rule] = _rules(
 )
 
 
+# Rules whose failures over a dataset are not the failures over each of its episodes put together:
+# two episodes sharing an id or listed in two splits, and a warning that applies to every query as
+# soon as one query of the dataset has a category. The streaming validator (pipelines.validate.stream)
+# checks them once over the WHOLE_TABLES (a few rows per episode, kept for the whole file) and every
+# other rule chunk by chunk, so a new rule that compares episodes, or whose ``applies`` is not "some
+# row of these tables has a value", must be listed here and read only WHOLE_TABLES.
+WHOLE_TABLES: tuple[str, ...] = ("episodes", "speakers", "queries", "evidence")
+WHOLE_FILE_RULES: tuple[str, ...] = ("episode_ids_unique", "splits_disjoint", "query_category_present")
+
+
 @dataclass(frozen=True)
 class Failure:
     """One failing record: its locator in the file and what is wrong with it."""

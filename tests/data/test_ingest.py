@@ -123,18 +123,20 @@ def test_rerun_replaces_previous_output(tmp_path):
 
 
 def test_failure_leaves_nothing(tmp_path, monkeypatch):
+    """The disk fills up at the third episode, two lines into the files: nothing is left."""
     out = tmp_path / "out"
     calls = []
 
-    def failing_write(path, episodes):
-        calls.append(Path(path).name)
-        Path(path).write_text("partial")
-        raise OSError("disk full")
+    def failing_line(episode):
+        calls.append(episode.split)
+        if len(calls) == 3:
+            raise OSError("disk full")
+        return "{}"
 
-    monkeypatch.setattr(ingest_mod, "write_episodes", failing_write)
+    monkeypatch.setattr(ingest_mod, "episode_line", failing_line)
     with pytest.raises(OSError, match="disk full"):
         ingest("convai2", FIXTURES / "convai2", out)
-    assert calls == ["train.jsonl"]
+    assert len(calls) == 3
     assert list(tmp_path.iterdir()) == []
 
 
@@ -142,7 +144,7 @@ def test_failure_keeps_previous_output(tmp_path, monkeypatch):
     out = tmp_path / "out"
     ingest("locomo", LOCOMO, out)
     before = (out / "test.jsonl").read_bytes()
-    monkeypatch.setattr(ingest_mod, "write_episodes", lambda path, eps: (_ for _ in ()).throw(OSError("boom")))
+    monkeypatch.setattr(ingest_mod, "episode_line", lambda episode: (_ for _ in ()).throw(OSError("boom")))
     with pytest.raises(OSError):
         ingest("convai2", FIXTURES / "convai2", out)
     assert (out / "test.jsonl").read_bytes() == before

@@ -15,6 +15,12 @@ dropped and why); ``Episode.source`` is the registered name.
 | personaext  | personaext.py   | jsonl of token triplets (+ ``schema.json``)                | from the file name |
 | canonical   | canonical.py    | our own episodes jsonl (``schema.write_episodes``)         | as written         |
 
+A loader may also register a streaming reader (:func:`register_stream`): ``stream(path, result)``
+yields ``(record locator, Episode)`` one at a time, in the loader's order and equal to its
+episodes, counting what it drops or flags into ``result`` as it goes, and holds only what one
+episode needs (``pipelines.data.ingest.stream_and_validate`` reads big files through it).
+Only ``longmemeval`` has one (the M file is 2.7 GB); the other sources' files fit in memory.
+
 LoCoMo, LongMemEval and RealMem are benchmark-only (no training split is published),
 so all their episodes are ``test``. The other sources take the split from the file
 name (train / valid|val|validation|dev / test) and default to ``train``.
@@ -23,13 +29,16 @@ name (train / valid|val|validation|dev / test) and default to ``train``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from pipelines.data.loaders.base import LoadResult
+from pipelines.data.schema import Episode
 from pipelines.errors import ConfigError
 
 Loader = Callable[[str | Path], LoadResult]
+Streamer = Callable[[str | Path, LoadResult], Iterator[tuple[str, Episode]]]
 LOADERS: dict[str, Loader] = {}
+STREAMERS: dict[str, Streamer] = {}
 
 
 def register(name: str) -> Callable[[Loader], Loader]:
@@ -40,6 +49,22 @@ def register(name: str) -> Callable[[Loader], Loader]:
         LOADERS[name] = fn
         return fn
     return deco
+
+
+def register_stream(name: str) -> Callable[[Streamer], Streamer]:
+    """Decorator: ``@register_stream("longmemeval")`` makes ``get_streamer("longmemeval")`` return the function."""
+    def deco(fn: Streamer) -> Streamer:
+        if name in STREAMERS:
+            raise ValueError(f"streaming loader '{name}' is registered twice")
+        STREAMERS[name] = fn
+        return fn
+    return deco
+
+
+def get_streamer(name: str) -> Streamer | None:
+    """The streaming reader of source ``name``, None when it has none (ConfigError for an unknown source)."""
+    get_loader(name)
+    return STREAMERS.get(name)
 
 
 def get_loader(name: str) -> Loader:
@@ -53,4 +78,5 @@ def get_loader(name: str) -> Loader:
 from pipelines.data.loaders import (canonical, convai2, locomo, longmemeval, misc, msc,  # noqa: E402,F401
                                     personaext, realmem)
 
-__all__ = ["LOADERS", "LoadResult", "Loader", "get_loader", "register"]
+__all__ = ["LOADERS", "STREAMERS", "LoadResult", "Loader", "Streamer", "get_loader", "get_streamer", "register",
+           "register_stream"]

@@ -36,7 +36,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -118,23 +118,35 @@ class LoadResult:
             out[DROP_KINDS[reason]] += n
         return dict(sorted(out.items()))
 
-    def counts(self) -> dict[str, Any]:
+    def counts(self, totals: Mapping[str, int] | None = None) -> dict[str, Any]:
         """Totals of what was loaded (episodes, sessions, turns, memories, queries, triplets), and
-        what was left out or flagged on the way: reason -> count, and reason -> first examples."""
-        sessions = turns = memories = queries = triplets = 0
-        for ep in self.episodes:
-            queries += len(ep.queries)
-            sessions += len(ep.sessions)
-            for s in ep.sessions:
-                turns += len(s.turns)
-                memories += len(s.memories)
-                for t in s.turns:
-                    triplets += len(t.triplets)
-        return {"episodes": len(self.episodes), "sessions": sessions, "turns": turns,
-                "memories": memories, "queries": queries, "triplets": triplets,
+        what was left out or flagged on the way: reason -> count, and reason -> first examples.
+
+        ``totals``: the :func:`tally` of the episodes, when they were streamed rather than kept in
+        :attr:`episodes` (default: the tally of :attr:`episodes`)."""
+        totals = tally(self.episodes) if totals is None else totals
+        return {**{k: int(totals.get(k, 0)) for k in TOTALS},
                 "dropped": dict(sorted(self.dropped.items())),
                 "flagged": dict(sorted(self.flagged.items())),
                 "examples": dict(sorted(self.examples.items()))}
+
+
+TOTALS = ("episodes", "sessions", "turns", "memories", "queries", "triplets")  # what LoadResult.counts totals
+
+
+def tally(episodes: Iterable[Episode], totals: Counter[str] | None = None) -> Counter[str]:
+    """Add the :data:`TOTALS` of ``episodes`` to ``totals`` (default: a new Counter); returns it."""
+    totals = Counter() if totals is None else totals
+    for ep in episodes:
+        totals["episodes"] += 1
+        totals["queries"] += len(ep.queries)
+        totals["sessions"] += len(ep.sessions)
+        for s in ep.sessions:
+            totals["turns"] += len(s.turns)
+            totals["memories"] += len(s.memories)
+            for t in s.turns:
+                totals["triplets"] += len(t.triplets)
+    return totals
 
 
 # --- where a record is --------------------------------------------------------------
@@ -349,9 +361,13 @@ def stream_json_array(path: str | Path) -> Iterator[tuple[int, Any]]:
                             record="byte 0")
         f.seek(0)
         done = 0  # items yielded so far: the one failing is item `done`
+        items = ijson.items(f, "item", use_float=True)
         try:
-            for item in ijson.items(f, "item", use_float=True):
-                yield done, item
+            while True:  # no local name keeps an item alive while the caller holds the next one
+                try:
+                    yield done, next(items)
+                except StopIteration:
+                    return
                 done += 1
         except UnicodeDecodeError as exc:  # yajl passes some byte sequences Python rejects (surrogates)
             raise (_first_bad_utf8(path) or DataError(f"not UTF-8 ({exc.reason})", file=str(path),

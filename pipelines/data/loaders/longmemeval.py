@@ -30,6 +30,13 @@ turns: the turn-level ground truth of a question lives on its Query (evidence_tu
 If a recurring id arrives with different turn texts, that question keeps its own
 copy (counted in ``flagged["session_id_reused_with_other_content"]``).
 
+The M file (about 2.7 GB, about 500 sessions a question, mostly distinct between questions)
+does not fit in memory as Episodes: :func:`stream` (the streaming reader registered for
+``pipelines.data.ingest.stream_and_validate``) yields the same episodes one question at a
+time and keeps nothing of a session but a 16-byte digest of its turn texts under its id
+(to flag a recurring id with other content as :func:`load` does), so its memory is one
+question plus about 100 bytes per unique session; its episodes do not share Turn objects.
+
 Quirks of the published S file (FORMATS.md), normalised here:
 
 * ``haystack_dates`` out of order (210 of the 499 questions): the sessions are put in
@@ -52,9 +59,13 @@ Drop reasons: ``bad_turn``, ``blank_turn``, ``bad_session`` (not a list, or a bl
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import Iterator
 
-from pipelines.data.loaders import register
+from pydantic import ValidationError
+
+from pipelines.data.loaders import register, register_stream
 from pipelines.data.loaders.base import (BLANK_TURN, LoadResult, Where, blank, build, check, get, str_list,
                                          stream_json_array)
 from pipelines.data.loaders.dates import parse_datetime
@@ -65,16 +76,30 @@ SORTED_BY_DATE = "sessions_sorted_by_date"
 
 
 class _SessionCache:
-    """haystack session id -> (turn texts, shared Turn list): each session built once."""
+    """haystack session id -> what its first listing held: each session built once, or recognised.
 
-    def __init__(self) -> None:
-        self.by_id: dict[str, tuple[tuple[tuple[str, str], ...], list[Turn]]] = {}
+    ``share=True`` (:func:`load`): the turn texts and the Turn list, shared by every question that
+    lists the session with the same texts. ``share=False`` (:func:`stream`): a digest of the texts
+    only; each question gets its own (equal) Turns.
+    """
+
+    def __init__(self, share: bool = True) -> None:
+        self.share = share
+        self.by_id: dict[str, tuple[tuple[tuple[str, str], ...], list[Turn]] | bytes] = {}
 
     def turns(self, sid: str, raw: list, where: Where, result: LoadResult) -> tuple[list[Turn], list[bool]]:
-        """The session's shared turns and this question's has_answer flags (one per turn)."""
+        """The session's turns (shared when ``share``) and this question's has_answer flags (one per turn)."""
         parsed: list[tuple[int, str, str, bool]] = []
         for j, item in enumerate(raw):
-            twhere = where.at(f"turn {j}")
+            if type(item) is dict:  # the usual turn, checked without building its address (the M file: 2.5M turns)
+                role, content, has_answer = item.get("role"), item.get("content"), item.get("has_answer")
+                if has_answer is None:
+                    has_answer = False
+                if (type(role) is str and type(content) is str and type(has_answer) is bool and role.strip()
+                        and not blank(content)):
+                    parsed.append((j, role, content, has_answer))
+                    continue
+            twhere = where.at(f"turn {j}")  # anything else: the checks that name the field and the turn
             with result.dropping("bad_turn"):
                 role = get(item, "role", str, twhere)
                 if not role.strip():
@@ -88,27 +113,59 @@ class _SessionCache:
         key = tuple((role, content) for _, role, content, _ in parsed)
         flags = [h for *_, h in parsed]
         cached = self.by_id.get(sid)
-        if cached is not None and cached[0] == key:
+        seen = key if self.share else _digest(key)
+        if self.share and cached is not None and cached[0] == key:
             return cached[1], flags
-        turns = [build(Turn, where.at(f"turn {j}"), id=f"{sid}:{j}", speaker=role, text=content)
-                 for j, role, content, _ in parsed]
+        turns = [_turn(f"{sid}:{j}", role, content, where, j) for j, role, content, _ in parsed]
         if cached is None:
-            self.by_id[sid] = (key, turns)
-        else:
+            self.by_id[sid] = (key, turns) if self.share else seen
+        elif self.share or cached != seen:
             result.flag("session_id_reused_with_other_content", where.example(f"session {sid}"))
         return turns, flags
 
 
+def _turn(tid: str, speaker: str, text: str, where: Where, j: int) -> Turn:
+    """A Turn; a rejection becomes the DataError of ``build`` (its address made only then)."""
+    try:
+        return Turn(id=tid, speaker=speaker, text=text)
+    except ValidationError:
+        return build(Turn, where.at(f"turn {j}"), id=tid, speaker=speaker, text=text)
+
+
+def _digest(key: tuple[tuple[str, str], ...]) -> bytes:
+    """16 bytes naming a session's (role, text) pairs (lengths included: no two lists give the same bytes)."""
+    h = hashlib.blake2b(digest_size=16)
+    for role, content in key:
+        for text in (role, content):
+            data = text.encode("utf-8", "surrogatepass")
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
+    return h.digest()
+
+
 @register("longmemeval")
 def load(path: str | Path) -> LoadResult:
-    path = Path(path)
+    """Every question of the file as an Episode, sessions shared between questions built once."""
     result = LoadResult()
-    cache = _SessionCache()
+    for record, episode in _episodes(Path(path), result, _SessionCache(share=True)):
+        result.episodes.append(episode)
+        result.records[episode.id] = record
+    return result
+
+
+@register_stream("longmemeval")
+def stream(path: str | Path, result: LoadResult) -> Iterator[tuple[str, Episode]]:
+    """``("item <i>", Episode)`` one question at a time, equal to :func:`load`'s episodes, in file order;
+    drops and flags are counted into ``result`` as the file is read. Holds one question (its JSON and
+    its Episode) and a digest per session id seen, never an earlier Episode."""
+    yield from _episodes(Path(path), result, _SessionCache(share=False))
+
+
+def _episodes(path: Path, result: LoadResult, cache: _SessionCache) -> Iterator[tuple[str, Episode]]:
     for i, record in stream_json_array(path):
         episode = _episode(record, Where(str(path), f"item {i}"), cache, result)
-        result.episodes.append(episode)
-        result.records[episode.id] = f"item {i}"
-    return result
+        del record  # the question's JSON goes before the caller works on its Episode
+        yield f"item {i}", episode
 
 
 def _episode(record: object, where: Where, cache: _SessionCache, result: LoadResult) -> Episode:
