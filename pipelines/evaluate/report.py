@@ -468,8 +468,8 @@ def protocol_config(suite: Suite, show_progress: bool = True, depth: int | None 
 
 def run_suite_shard(suite: Suite, episodes: Iterable[Episode], to_run: Mapping[str, Mapping[str, Any]],
                     config: ProtocolConfig, counter: TokenCounter, shard: ShardSpec = ShardSpec(),
-                    store: ShardStore | None = None, prepare_block: int | None = None, total: int | None = None
-                    ) -> dict[int, dict]:
+                    store: ShardStore | None = None, prepare_block: int | None = None, total: int | None = None,
+                    missing: dict[str, str] | None = None) -> dict[int, dict]:
     """The retrieval of one shard of ``suite`` (:func:`pipelines.evaluate.shards.run_shard`): every strategy of
     ``to_run`` built with its settings and ``counter``, episode by episode, each finished episode in ``store``."""
     from tqdm.auto import tqdm
@@ -481,7 +481,7 @@ def run_suite_shard(suite: Suite, episodes: Iterable[Episode], to_run: Mapping[s
                disable=not config.show_progress)
     try:
         return run_shard(episodes, list(to_run), build, config, shard, store, prepare_block=prepare_block,
-                         progress=bar.update)
+                         progress=bar.update, missing=missing)
     finally:
         bar.close()
 
@@ -587,9 +587,10 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
         results, missing = merged_results(plan, run_dir)
     else:
         block = suite.stream_block if isinstance(episodes, StreamedEpisodes) else None
+        missing = dict(plan.missing)  # with the strategies whose model turns out not trained while running
         records = run_suite_shard(suite, episodes, plan.to_run, plan.config, plan.counter, prepare_block=block,
-                                  total=len(episodes))
-        results, missing = results_from_records(records.values(), list(plan.to_run), plan.missing), plan.missing
+                                  total=len(episodes), missing=missing)
+        results = results_from_records(records.values(), list(plan.to_run), missing)
     return finish_suite(suite, episodes, results, missing, plan.counter, generation, answers, show_progress)
 
 

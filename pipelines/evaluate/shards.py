@@ -272,14 +272,16 @@ def _strategy_part(strategy: Any, episode: Episode, scores: list[QueryScore], ex
 
 def run_shard(episodes: Iterable[Episode], strategies: Sequence[str], build: StrategyFactory,
               config: ProtocolConfig, shard: ShardSpec = ShardSpec(), store: ShardStore | None = None,
-              prepare_block: int | None = None, progress: Callable[[int], None] | None = None) -> dict[int, dict]:
+              prepare_block: int | None = None, progress: Callable[[int], None] | None = None,
+              missing: dict[str, str] | None = None) -> dict[int, dict]:
     """Every strategy over the episodes of ``shard`` (positions in ``episodes`` order), episode by episode.
 
     ``build(name)`` makes a fresh strategy. Each strategy's batched pure work (``prepare``: embedding every text,
     one length-sorted pass) runs before the episodes it serves: over all the shard's unfinished episodes at once
     (``prepare_block`` None: ``episodes`` is read into a list), or over blocks of ``prepare_block`` episodes, read
     one block at a time from ``episodes`` (a streamed dataset: only one block is in memory). A strategy whose model
-    turns out not trained (:class:`ModelNotTrained`) is dropped from the run and recorded in ``store.missing``.
+    turns out not trained (:class:`ModelNotTrained`) is dropped from the run and recorded in ``store.missing`` (and
+    in ``missing``, when given).
     Returns position -> episode record (those finished earlier included, from ``store``).
     """
     if prepare_block is not None and prepare_block < 1:
@@ -289,7 +291,7 @@ def run_shard(episodes: Iterable[Episode], strategies: Sequence[str], build: Str
     pending = ((p, e) for p, e in enumerate(episodes) if shard.holds(p) and p not in done)
     for block in _blocks(pending, prepare_block):
         for name in list(running):
-            _prepare(build, name, [e for _, e in block], running, store)
+            _prepare(build, name, [e for _, e in block], running, store, missing)
         for position, episode in block:
             parts = {}
             for name in list(running):
@@ -302,7 +304,7 @@ def run_shard(episodes: Iterable[Episode], strategies: Sequence[str], build: Str
                                                  _writer_delta(before, _writer_counts()))
                     del memory  # this episode's memory is released before the next episode
                 except ModelNotTrained as exc:
-                    _drop(name, str(exc), running, store)
+                    _drop(name, str(exc), running, store, missing)
             record = episode_record(position, episode.id, parts)
             if store is not None:
                 store.append(record)
@@ -331,18 +333,21 @@ def _blocks(items: Iterator, size: int | None) -> Iterator[list]:
 
 
 def _prepare(build: StrategyFactory, name: str, episodes: list[Episode], running: list[str],
-             store: ShardStore | None) -> None:
+             store: ShardStore | None, missing: dict[str, str] | None = None) -> None:
     try:
         build(name).prepare(episodes)  # pure, batched (embeddings); adds nothing to memory
     except ModelNotTrained as exc:
-        _drop(name, str(exc), running, store)
+        _drop(name, str(exc), running, store, missing)
 
 
-def _drop(name: str, why: str, running: list[str], store: ShardStore | None) -> None:
+def _drop(name: str, why: str, running: list[str], store: ShardStore | None,
+          missing: dict[str, str] | None = None) -> None:
     if name in running:
         running.remove(name)
     if store is not None:
         store.add_missing(name, why)
+    if missing is not None:
+        missing[name] = why
 
 
 # --- merging --------------------------------------------------------------------------------------------------
