@@ -40,8 +40,8 @@ def profile(mlflow_ui) -> str:
 
 def stage_run(client, stage, profile):
     exp = client.get_experiment_by_name(stage.mlflow_experiment)
-    runs = client.search_runs([exp.experiment_id], filter_string=f"attributes.run_name = '{stage.name}-{profile}'")
-    assert len(runs) == 1, f"{stage.name}-{profile}: {len(runs)} runs in {stage.mlflow_experiment}"
+    runs = client.search_runs([exp.experiment_id], filter_string=f"attributes.run_name = '{stage.run_name}-{profile}'")
+    assert len(runs) == 1, f"{stage.run_name}-{profile}: {len(runs)} runs in {stage.mlflow_experiment}"
     return exp, runs[0]
 
 
@@ -55,18 +55,20 @@ def test_one_experiment_per_method(mlflow_ui, driver, client):
 
 
 def test_runs_are_named_by_stage_and_profile(mlflow_ui, driver, client, profile):
+    # A partitioned stage (benchmark_shard) runs once per partition, each run named ``<name>@<key>``.
     by_experiment = defaultdict(list)
     for stage in STAGES.values():
-        by_experiment[stage.mlflow_experiment].append(stage)
+        for key in stage.partitions or (None,):
+            by_experiment[stage.mlflow_experiment].append(stage.for_partition(key))
     for name, stages in sorted(by_experiment.items(), key=lambda kv: len(kv[1])):  # the largest one last
         exp = client.get_experiment_by_name(name)
         for stage in stages:
             _, run = stage_run(client, stage, profile)
-            assert run.info.status == "FINISHED", f"{stage.name}: {run.info.status}"
-            assert run.data.tags["mnemos.stage"] == stage.name
+            assert run.info.status == "FINISHED", f"{stage.run_name}: {run.info.status}"
+            assert run.data.tags["mnemos.stage"] == stage.run_name
         driver.get(f"{mlflow_ui.mlflow_url}/#/experiments/{exp.experiment_id}/runs")
         h.wait_for_texts(driver, ["Runs", name, f"{len(stages)} matching run{'s' if len(stages) > 1 else ''}",
-                                  *[f"{s.name}-{profile}" for s in stages]], f"runs of {name}")
+                                  *[f"{s.run_name}-{profile}" for s in stages]], f"runs of {name}")
     h.screenshot(driver, "mlflow-runs")
 
 
