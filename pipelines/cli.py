@@ -127,7 +127,7 @@ def cmd_benchmark(args) -> int:
     data_id = _data_id(suite, args.path, config)
     root = Path(args.models_root) if args.models_root else ROOT
     settings = strategy_defaults(suite.strategies, root,
-                                 embedding_batch_size=config.get("benchmark", {}).get("embedding_batch_size", 64))
+                                 embedding_batch_size=config.get("benchmark", {}).get("embedding_batch_size"))
     if args.cache_dir:
         for values in settings.values():
             if "cache_dir" in values:

@@ -79,7 +79,9 @@ class BenchmarkSettings:
     ``strategy_settings.<strategy>`` is declared by each strategy's config class."""
 
     suites: list[str] = field(default_factory=list)  # suites run (pipelines/evaluate/suites); empty: [synthetic]
-    embedding_batch_size: int = 64       # texts per forward pass of the dense and hybrid strategies' encoder
+    # texts per forward pass of the dense, hybrid and fused strategies' encoder; None: by device (32 on the CPU, the
+    # best measured on 2 cores by benchmarks/embedding_backends.py; 256 on a GPU)
+    embedding_batch_size: int | None = None
     # the suites' episodes split into this many shards (benchmark_shard's partitions: Dagster partitions, a dvc.yaml
     # foreach; regenerate dvc.yaml with `make dvc-yaml` after a change), merged by the benchmark stage
     shards: int = 1
@@ -89,7 +91,8 @@ class BenchmarkSettings:
 
         for name in self.suites or ():
             load_suite(name)  # ConfigError naming the shipped suites
-        _positive_int("benchmark.embedding_batch_size", self.embedding_batch_size)
+        if self.embedding_batch_size is not None:
+            _positive_int("benchmark.embedding_batch_size", self.embedding_batch_size)
         _positive_int("benchmark.shards", self.shards)
 
 

@@ -18,7 +18,7 @@ def test_resolution_order_profile_then_params_then_overrides(tmp_path, monkeypat
     assert out["device"] == "cpu"                       # from the tiny profile
     assert out["synthetic"]["episodes"] == 5            # from params.yaml
     assert out["synthetic"]["turns"] == 8               # override wins
-    assert out["benchmark"]["embedding_batch_size"] == 64  # profile default kept
+    assert out["benchmark"]["embedding_batch_size"] is None  # profile default kept (by device)
 
 
 def test_profile_switch_by_override_and_env(tmp_path, monkeypatch):
@@ -244,7 +244,8 @@ def test_cli_benchmark_refuses_a_bad_config_before_writing(project, capsys, tmp_
 def test_llm_defaults_per_profile_and_a_judge_of_its_own(monkeypatch):
     monkeypatch.delenv("MNEMOS_PROFILE", raising=False)
     tiny, paper = cfg.resolve({"profile": "tiny"}), cfg.resolve({"profile": "paper"})
-    assert tiny["llm"]["max_questions"] == 6 and paper["llm"]["max_questions"] is None  # make run stays short
+    assert tiny["llm"]["max_questions"] == 2 and paper["llm"]["max_questions"] is None  # make run stays short
+    assert tiny["llm"]["reader"]["max_new_tokens"] == 32 and paper["llm"]["reader"]["max_new_tokens"] == 64
     assert tiny["llm"]["judge"] is None and tiny["llm"]["reader"]["model"] == "smollm2-135m-instruct"
     out = cfg.resolve(cfg.parse_overrides(["llm.judge={backend: openai, base_url: 'http://127.0.0.1:8000/v1', "
                                            "model: judge-model}", "llm.max_questions=null"], "--set"))

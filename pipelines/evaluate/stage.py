@@ -90,7 +90,7 @@ def _strategy_settings(ctx, suite) -> dict:
     from pipelines.evaluate.suite import strategy_defaults
 
     cfg = ctx.config["benchmark"]
-    settings = strategy_defaults(suite.strategies, ctx.root, embedding_batch_size=cfg.get("embedding_batch_size", 64))
+    settings = strategy_defaults(suite.strategies, ctx.root, embedding_batch_size=cfg.get("embedding_batch_size"))
     for strategy, values in (cfg.get("strategy_settings") or {}).items():
         if strategy in suite.strategies:
             settings.setdefault(strategy, {}).update(values)

@@ -535,7 +535,7 @@ def memory_tag_queries(episode: Episode) -> Episode:
 
 
 def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "models",
-                      embedding_batch_size: int = 64) -> dict[str, dict[str, Any]]:
+                      embedding_batch_size: int | None = None) -> dict[str, dict[str, Any]]:
     """Project defaults of the strategies' settings: caches under ``root/.cache`` (embeddings; the LLM layer's
     response cache of the memory writers, ``llm_cache_dir``, as the benchmark's), trained models under
     ``root/models`` (a strategy whose model is not there is listed as missing)."""

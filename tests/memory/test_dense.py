@@ -24,6 +24,9 @@ class Spy:
         self.calls.append(list(sentences))
         return self.encoder.encode(sentences, **kwargs)
 
+    def __getattr__(self, name):      # backend, quantization: the Embedder's cache key is the wrapped encoder's
+        return getattr(self.encoder, name)
+
 
 def dense(minilm, cache_dir=None):
     spy = Spy(minilm)
@@ -97,11 +100,19 @@ def test_forget_removes_the_row_and_its_cached_vector(minilm, episode, fill, q, 
     assert len(ids) == 8 and "e1:S1:T1" not in ids
 
 
-def test_build_strategy_shares_the_loaded_model(minilm, tmp_path):
+def test_build_strategy_shares_the_loaded_model(minilm, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     strategy = build_strategy("dense", cache_dir=str(tmp_path), batch_size=16)
-    assert strategy.embedder.encoder is minilm
+    assert strategy.embedder.encoder is minilm     # the default encoder on the CPU: the fp32 OpenVINO export
     assert strategy.embedder.cache.path == tmp_path / "embeddings.sqlite3"
     assert strategy.embedder.batch_size == 16
+    assert strategy.embedder.model_name == "sentence-transformers/all-MiniLM-L6-v2@openvino"   # its own cache key
+    torch_fp32 = build_strategy("dense", cache_dir=str(tmp_path), backend="torch", precision="fp32")
+    assert torch_fp32.embedder.encoder is load_encoder(backend="torch")
+    assert torch_fp32.embedder.model_name == "sentence-transformers/all-MiniLM-L6-v2"     # unchanged: old caches hold
+    assert torch_fp32.embedder.batch_size == 32                                            # None: the CPU's default
 
 
 @pytest.mark.parametrize("settings, match", [({"batch_size": 0}, "batch_size"), ({"model_name": " "}, "model_name")])

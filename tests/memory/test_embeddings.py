@@ -77,7 +77,7 @@ def test_bf16_precision_is_cached_apart_and_close_to_fp32(tmp_path):
     from pipelines.memory.embeddings import resolve_precision
 
     texts = ["I keep my grandmother's recipe box on the top shelf.", "We adopted a greyhound named Juno."]
-    encoder = load_encoder()
+    encoder = load_encoder(backend="torch")
     fp32 = Embedder(encoder, "minilm", EmbeddingCache(tmp_path), precision="fp32")
     bf16 = Embedder(encoder, "minilm", EmbeddingCache(tmp_path), precision="bf16")
     assert bf16.model_name == "minilm@bf16" and fp32.model_name == "minilm"

@@ -1,0 +1,45 @@
+"""The encoder-backend benchmark runs end to end on a few texts (its speeds are not checked: they are measured by
+hand, see the script's docstring); its cosines and score differences are."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.benchmarks._script import load
+from tests.rerank._tiny_reranker import save_tiny_cross_encoder
+
+
+def test_synthetic_texts_are_seeded_and_of_the_asked_length():
+    bench = load("embedding_backends")
+    long = bench.synthetic_texts(20, 60, ("user",), seed=1)
+    assert long == bench.synthetic_texts(20, 60, ("user",), seed=1) != bench.synthetic_texts(20, 60, ("user",), 2)
+    assert len(set(long)) == 20 and all(t.startswith("user: ") and 30 <= len(t.split()) - 1 <= 90 for t in long)
+    queries = bench.rerank_queries(None, 3, seed=1)
+    assert len(queries) == 3 and all(len(texts) == 30 and q.endswith("?") for q, texts in queries)
+
+
+@pytest.mark.slow
+def test_smoke_run_prints_every_variant_side_by_side(tmp_path, capsys):
+    bench = load("embedding_backends")
+    out = tmp_path / "report.json"
+    tiny = save_tiny_cross_encoder(tmp_path / "reranker")
+    report = bench.main(["--n", "6", "--queries", "2", "--repeat", "2", "--variants", "torch:none,onnx:int8,nope:x",
+                         "--batch-sizes", "4", "--reranker", str(tiny),
+                         "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert json.loads(printed.strip().splitlines()[-1]) == report == json.loads(out.read_text())
+    rows = [r for r in report["embeddings"] if "missing" not in r]
+    assert {(r["variant"], r["texts"]) for r in rows} == {(v, k) for v in ("torch:none", "onnx:int8")
+                                                          for k in ("longmemeval", "locomo")}
+    assert [r["variant"] for r in report["embeddings"] if "missing" in r] == ["nope:x"]   # reported, not fatal
+    for r in rows:
+        assert r["texts_per_s"] > 0 and r["n"] == 6 and r["batch_size"] == 4
+        assert r["cos_min"] > (0.9999 if r["variant"] == "torch:none" else 0.95)
+    assert {r["variant"] for r in report["rerank"]} == {"torch fp32 padded", "torch fp32", "onnx fp32", "onnx int8"}
+    by_name = {r["variant"]: r for r in report["rerank"]}
+    assert by_name["torch fp32"]["max_abs_diff"] < 1e-4 and by_name["onnx fp32"]["max_abs_diff"] < 1e-4
+    assert all(r["ms_per_query"] > 0 for r in report["rerank"])
+    for line in ("torch:none", "onnx:int8", "onnx int8", "missing"):
+        assert line in printed
