@@ -23,9 +23,10 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def edge_stamps(first: int, last: int, stamps: dict[int, float]):
+def edge_stamps(first: int, last: int, stamps: dict[int, float], marks: dict[int, int] | None = None, mark=None):
     """A transformers TrainerCallback writing ``stamps[step]`` (after a device sync) at the end of
-    optimizer steps ``first`` and ``last`` only."""
+    optimizer steps ``first`` and ``last`` only, and ``marks[step] = mark()`` there when given (the implicit
+    syncs counted so far: those of the timed window are the difference)."""
     from transformers import TrainerCallback
 
     class Edges(TrainerCallback):
@@ -33,6 +34,8 @@ def edge_stamps(first: int, last: int, stamps: dict[int, float]):
             if state.global_step in (first, last):
                 sync()
                 stamps[state.global_step] = time.perf_counter()
+                if mark is not None and marks is not None:
+                    marks[state.global_step] = mark()
 
     return Edges()
 

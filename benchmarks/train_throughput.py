@@ -29,7 +29,8 @@ peak memory; then, per stage, the engine/HF ratio of steps/s (the same batches o
 The student stage reads the frozen teacher's features from the table built with its datasets
 (mdr.precompute_teacher_features, before the timed window, on both sides); ``--online-teacher``
 runs the teacher inside every step instead (the paper-size step is then mostly teacher passes).
-``--count-syncs`` (GPU) adds each contender's count of implicit host syncs over its whole run:
+``--count-syncs`` (GPU) adds each contender's count of implicit host syncs over its whole run and over its
+timed window alone (``timed_syncs``, ``timed_syncs_per_step``):
 the engine's should be a few per logged window (reading the window's sums) and none per step.
 """
 
@@ -207,7 +208,7 @@ def step_flops(task, batch) -> int:
 
 # --- the two contenders ------------------------------------------------------------------------
 
-def run_engine(task, args) -> dict:
+def run_engine(task, args, syncs: "SyncCount") -> dict:
     """Steady-state steps/s of the engine: the callback fires at each logged window, right after the
     engine synchronised the device; the first window (``--skip`` steps) is warm-up."""
     import torch
@@ -215,23 +216,30 @@ def run_engine(task, args) -> dict:
     from pipelines.training.engine import TrainConfig, train
 
     stamps: list[float] = []
+    marks: list[int] = []
+
+    def on_log(step, metrics):
+        stamps.append(time.perf_counter())
+        marks.append(syncs.now())
     with tempfile.TemporaryDirectory() as out:
         cfg = TrainConfig(output_dir=out, lr=1e-4, warmup_steps=0, max_steps=args.steps, batch_size=args.batch_size,
                           save_every=10**9, eval_every=10**9, log_every=args.skip, early_stopping_patience=None,
                           keep_checkpoints=1, compile={"auto": "auto", "true": True, "false": False}[args.compile])
         if _cuda():
             torch.cuda.reset_peak_memory_stats()
-        train(task, cfg, progress=False, callback=lambda step, metrics: stamps.append(time.perf_counter()))
+        train(task, cfg, progress=False, callback=on_log)
     timed_steps = args.steps - args.skip    # stamps[0] closes the warm-up window, stamps[-1] the last step
-    return {"steps_per_s": timed_steps / (stamps[-1] - stamps[0])}
+    return {"steps_per_s": timed_steps / (stamps[-1] - stamps[0]), "timed_syncs": marks[-1] - marks[0],
+            "log_windows": len(stamps) - 1}
 
 
-def run_hf(task, args) -> dict:
+def run_hf(task, args, syncs: "SyncCount") -> dict:
     """Steady-state steps/s of transformers.Trainer, timed from the end of step ``--skip`` to the last."""
     import torch
     from transformers import Trainer, TrainingArguments
 
     stamps: dict[int, float] = {}
+    marks: dict[int, int] = {}
 
     class StageTrainer(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -247,32 +255,42 @@ def run_hf(task, args) -> dict:
             torch.cuda.reset_peak_memory_stats()
         trainer = StageTrainer(model=task.build_model(), args=targs, train_dataset=task.train_dataset(),
                                data_collator=task.collate,
-                               callbacks=[edge_stamps(args.skip, args.steps, stamps)])
+                               callbacks=[edge_stamps(args.skip, args.steps, stamps, marks, syncs.now)])
         trainer.train()
-    return {"steps_per_s": (args.steps - args.skip) / (stamps[args.steps] - stamps[args.skip])}
+    return {"steps_per_s": (args.steps - args.skip) / (stamps[args.steps] - stamps[args.skip]),
+            "timed_syncs": marks[args.steps] - marks[args.skip], "log_windows": 0}
+
+
+class SyncCount:
+    """The implicit syncs torch's sync debug mode has reported so far (:meth:`now`); 0 when not counting."""
+
+    def __init__(self, caught: list | None = None):
+        self.caught = caught
+
+    def now(self) -> int:
+        return 0 if self.caught is None else sum("synchroniz" in str(w.message) for w in self.caught)
 
 
 @contextlib.contextmanager
 def count_syncs(enabled: bool):
     """The implicit host-device synchronisations (``.item()``, data-dependent shapes, blocking copies)
     of the block, as torch's sync debug mode reports them; explicit torch.cuda.synchronize() calls
-    are not counted. Yields the list the warnings land in (empty when not ``enabled``)."""
+    are not counted. Yields a :class:`SyncCount` (always 0 when not ``enabled``): the contenders read it at
+    the edges of their timed window, so build, compilation and warm-up are counted apart."""
     import warnings
 
     import torch
 
     if not enabled:
-        yield []
+        yield SyncCount()
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
-        seen: list = []
         try:
-            yield seen
+            yield SyncCount(caught)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-            seen.extend(w for w in caught if "synchroniz" in str(w.message))
 
 
 def child(args) -> int:
@@ -284,9 +302,15 @@ def child(args) -> int:
     tokens, inputs = batch_counts(args.stage, batch)
     flops = step_flops(task, batch) if args.only == "engine" else None
     with count_syncs(args.count_syncs and _cuda()) as syncs:
-        result = run_engine(task, args) if args.only == "engine" else run_hf(task, args)
-    if args.count_syncs:
-        result["implicit_syncs"] = len(syncs) if _cuda() else None   # sync debug mode is CUDA-only
+        result = run_engine(task, args, syncs) if args.only == "engine" else run_hf(task, args, syncs)
+        total = syncs.now()
+    timed, windows = result.pop("timed_syncs"), result.pop("log_windows")
+    if args.count_syncs:   # sync debug mode is CUDA-only
+        # whole run (build, compilation, warm-up included), and the timed window's, per step: the engine's
+        # logging at each of its ``log_windows`` window edges reads the loss once (an explicit, counted read)
+        result.update(implicit_syncs=total if _cuda() else None, timed_syncs=timed if _cuda() else None,
+                      timed_syncs_per_step=timed / (args.steps - args.skip) if _cuda() else None,
+                      log_windows=windows)
     sps = result["steps_per_s"]
     result.update(stage=args.stage, contender=args.only, batch_size=args.batch_size, examples_per_s=sps *
                   args.batch_size, tokens_per_s=sps * tokens, input_tokens_per_s=sps * inputs,
@@ -335,6 +359,7 @@ def main(argv=None) -> int:
         device = torch.cuda.get_device_name()
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device), None)
     report = {"device": device, "peak_bf16_tflops": peak, "stages": {}}
+    failed: list[str] = []
     for stage in stages:
         results = {}
         for contender in ("engine", "hf"):
@@ -345,9 +370,12 @@ def main(argv=None) -> int:
             cmd += ["--count-syncs"] if args.count_syncs else []
             cmd += ["--batch-size", str(args.batch_size)] if args.batch_size else []
             result = run_contender(cmd)
-            if result is None:
-                return 1
+            if result is None:   # its output is on stderr; the other stages still run
+                failed.append(f"{stage}/{contender}")
+                break
             results[contender] = result
+        if len(results) < 2:
+            continue
         flops = results["engine"]["flops_per_step"]
         for res in results.values():
             res["flops_per_step"] = flops
@@ -357,10 +385,11 @@ def main(argv=None) -> int:
         ratio = results["engine"]["steps_per_s"] / results["hf"]["steps_per_s"]
         report["stages"][stage] = {**results, "ratio_engine_over_hf": ratio}
         print(json.dumps({"stage": stage, "ratio_engine_over_hf": round(ratio, 3)}), flush=True)
+    report["failed"] = failed
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
