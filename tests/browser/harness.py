@@ -49,7 +49,7 @@ CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
 BROWSER_PARAMS = {
     "profile": "tiny",
     "synthetic": {"episodes": 6, "sessions": 3, "turns": 6, "partners": 2, "queries_per_session": 2},
-    "llm": {"max_questions": 2},   # the benchmark's reader answers 2 questions per reader (the tiny profile: 6)
+    "llm": {"max_questions": 2},   # the benchmark's reader answers 2 questions per reader (as the tiny profile)
 }
 READY_TIMEOUT_S = float(os.environ.get("MNEMOS_BROWSER_READY_TIMEOUT", "120"))  # a server's start-up
 RUN_TIMEOUT_S = float(os.environ.get("MNEMOS_BROWSER_RUN_TIMEOUT", "1200"))     # the whole-graph run
