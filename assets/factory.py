@@ -4,18 +4,23 @@ In-process stages call ``pipelines.runner.run_stage``; training stages (``launch
 "accelerate"``) run as a subprocess started through Dagster Pipes with the configured
 launcher (accelerate / torchrun / deepspeed), so one process or N GPUs is a setting.
 Each validation rule of a stage is an asset check; blocking ones stop everything downstream.
+An error a user can cause (:class:`pipelines.errors.MnemosError`) fails the asset with a ``dg.Failure`` whose
+description is the CLI's ``error:`` / ``hint:`` lines, its traceback kept in the failure's metadata.
 """
 
 
+import contextlib
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from assets.resources import MnemosResource
+from pipelines.errors import MnemosError, describe, exit_code
 from pipelines.registry import CheckOutcome, Stage, StageResult
 from pipelines.stages import STAGES, upstream
 
@@ -59,6 +64,18 @@ def materialize_result(stage: Stage, result: StageResult) -> dg.MaterializeResul
                                                for c in result.checks])
 
 
+@contextlib.contextmanager
+def user_error_as_failure():
+    """A user error raised inside becomes a ``dg.Failure``: the run's failure message is the CLI's one or two lines
+    (``error: ...`` / ``hint: ...``), the error's class, exit code and traceback are its metadata."""
+    try:
+        yield
+    except MnemosError as exc:
+        raise dg.Failure(description=describe(exc), metadata={
+            "error": type(exc).__name__, "exit_code": exit_code(exc),
+            "traceback": dg.MetadataValue.text("".join(traceback.format_exception(exc)))}) from None
+
+
 def pipes_command(stage: Stage, mnemos: MnemosResource) -> list[str]:
     """The launcher command that runs ``assets.pipes_entry STAGE`` on every rank.
 
@@ -91,7 +108,9 @@ def build_asset(stage: Stage) -> dg.AssetsDefinition:
                   deps=upstream(stage), check_specs=check_specs, kinds=kinds, metadata=static_meta)
         def _launched(context: dg.AssetExecutionContext, mnemos: MnemosResource,
                       pipes_subprocess_client: dg.PipesSubprocessClient):
-            env = {"MNEMOS_ROOT": mnemos.root or os.environ.get("MNEMOS_ROOT", ""), "MNEMOS_OVERRIDES": json.dumps(mnemos.resolved_overrides()),
+            with user_error_as_failure():
+                overrides = mnemos.resolved_overrides()
+            env = {"MNEMOS_ROOT": mnemos.root or os.environ.get("MNEMOS_ROOT", ""), "MNEMOS_OVERRIDES": json.dumps(overrides),
                    "MNEMOS_TRACK": "1" if mnemos.track else "0"}
             return pipes_subprocess_client.run(
                 command=pipes_command(stage, mnemos), context=context, env=env,
@@ -111,8 +130,9 @@ def build_asset(stage: Stage) -> dg.AssetsDefinition:
         from pipelines.runner import run_stage
 
         key = context.partition_key if partitions is not None else None
-        result = run_stage(stage.name, mnemos.resolved_overrides(), track=mnemos.track, enforce_checks=False,
-                           root=Path(mnemos.root) if mnemos.root else None, partition=key)
+        with user_error_as_failure():
+            result = run_stage(stage.name, mnemos.resolved_overrides(), track=mnemos.track, enforce_checks=False,
+                               root=Path(mnemos.root) if mnemos.root else None, partition=key)
         return materialize_result(stage, result)
 
     return _inprocess

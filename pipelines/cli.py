@@ -18,6 +18,9 @@
                              only shard I of N (the episodes at positions p with p mod N == I)
   merge ... --shards N       (= benchmark ... --shards N) join the N shards under DIR into the report
   suites                     the shipped benchmark suites, one per line
+
+An error a user can cause ends as ``error: <what is wrong>`` and ``hint: <what to do>`` on stderr, with an exit code
+per kind of error (pipelines.errors.EXIT_CODES, listed by ``--help``); ``-v`` prints its traceback too.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ import argparse
 import json
 import logging
 import sys
+import traceback
 from pathlib import Path
 
-from pipelines.errors import ConfigError, MnemosError
+from pipelines.errors import EXIT_CODES, ConfigError, MnemosError, describe, exit_code
 
 
 def _overrides(args) -> dict:
@@ -42,10 +46,24 @@ def _overrides(args) -> dict:
 
 
 def cmd_run(args) -> int:
+    from pipelines.config import ROOT, resolve
     from pipelines.runner import run_stage
+    from pipelines.stages import check_inputs, stage_for_run
 
+    overrides = _overrides(args)
+    # The stage as this run's config makes it (ingest_<source> of a --set sources.<source>=PATH), its inputs there:
+    # an unknown stage, an unconfigured source or a missing input is refused here, in one message.
+    stage = stage_for_run(args.stage, resolve(overrides, params_file=ROOT / "params.yaml"))
+    try:
+        stage = stage.for_partition(args.partition)
+    except ValueError as exc:
+        error = ConfigError(str(exc))
+        error.hint = ("its partitions are params.yaml benchmark.shards' shard indices" if stage.partitions else
+                      "only a partitioned stage takes --partition")
+        raise error from None
+    check_inputs(stage, ROOT)
     lock_timeout = 0.0 if args.no_wait else args.lock_timeout if args.lock_timeout is not None else "env"
-    result = run_stage(args.stage, _overrides(args), track=not args.no_track, lock_timeout=lock_timeout,
+    result = run_stage(args.stage, overrides, track=not args.no_track, lock_timeout=lock_timeout,
                        partition=args.partition)
     summary = {k: v for k, v in result.metadata.items() if isinstance(v, (int, float, str, bool, dict))}
     failed = [c.name for c in result.checks if not c.passed]
@@ -216,8 +234,11 @@ def _benchmark_arguments(bench: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from pipelines.config import PROFILES
 
-    parser = argparse.ArgumentParser(prog="python -m pipelines", description="mnemos pipeline stages")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    epilog = "exit codes:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_CODES.items())
+    parser = argparse.ArgumentParser(prog="python -m pipelines", description="mnemos pipeline stages", epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, and the traceback of an error (otherwise one error line and a hint)")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     run = sub.add_parser("run", help="run one stage (what dvc repro and the Dagster assets call)")
@@ -267,9 +288,11 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return args.func(args)
-    except MnemosError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except MnemosError as exc:   # every error a user can cause (pipelines.errors): one message, its exit code
+        if args.verbose:
+            traceback.print_exc(file=sys.stderr)
+        print(describe(exc), file=sys.stderr)
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

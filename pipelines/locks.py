@@ -47,6 +47,10 @@ log = logging.getLogger("mnemos")
 class StageBusy(MnemosError):
     """Another process runs the stage (or one sharing its outputs) and this run would not wait (longer)."""
 
+    exit_code = 6
+    hint = ("wait for that run to end (without --no-wait a run waits for it; --lock-timeout SECONDS bounds the "
+            "wait), or end it if it is stale.")
+
 
 @dataclass
 class StageLocks:

@@ -1,7 +1,8 @@
 """The stage registry: one record per stage, read by Dagster, dvc.yaml and the CLI.
 
 A stage is a pure function over files: it reads its declared ``inputs`` (paths
-relative to the project root), writes its declared ``outputs``, takes its settings
+relative to the project root), writes its declared ``outputs`` (through ``ctx.path``, which puts them in
+a staging folder the runner swaps in on success: pipelines/staging.py), takes its settings
 from ``ctx.config`` (the resolved section(s) of params.yaml named in ``params``) and
 returns a :class:`StageResult`. Upstream stages are derived from paths: a stage
 depends on whichever stage declares one of its inputs as an output.
@@ -56,7 +57,7 @@ class Stage:
     description: str
     fn: Callable[..., StageResult]
     inputs: tuple[str, ...]       # files or folders read (root-relative)
-    outputs: tuple[str, ...]      # files or folders written (root-relative); cleaned on failure
+    outputs: tuple[str, ...]      # files or folders written (root-relative); built in staging, swapped in on success
     params: tuple[str, ...]       # top-level params.yaml sections the stage reads
     checks: tuple[CheckSpec, ...] = ()
     metrics: tuple[str, ...] = ()  # outputs that are DVC metrics files
@@ -112,18 +113,25 @@ def stage(*, name: str, group: Group, inputs=(), outputs=(), params=(), checks=(
     def wrap(fn):
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise ValueError(f"stage {name!r} registered twice")
-        doc = (fn.__doc__ or "").strip()
-        _REGISTRY[name] = Stage(
-            name=name, group=group, description=doc, fn=fn, inputs=tuple(inputs),
-            outputs=tuple(outputs), params=tuple(params),
-            checks=tuple(c if isinstance(c, CheckSpec) else CheckSpec(*c) for c in checks),
-            metrics=tuple(metrics), plots=tuple(plots), launcher=launcher, experiment=experiment,
-            code=tuple(code) or (str(Path(fn.__code__.co_filename).parent.relative_to(_ROOT)),),
-            partitions=tuple(str(k) for k in partitions),
-        )
+        _REGISTRY[name] = make_stage(fn, name=name, group=group, inputs=inputs, outputs=outputs, params=params,
+                                     checks=checks, metrics=metrics, plots=plots, launcher=launcher,
+                                     experiment=experiment, code=code, partitions=partitions)
         return fn
 
     return wrap
+
+
+def make_stage(fn, *, name: str, group: Group, inputs=(), outputs=(), params=(), checks=(), metrics=(),
+               plots=(), launcher="inprocess", experiment="", code=(), partitions=()) -> Stage:
+    """The :class:`Stage` record of ``fn`` (what :func:`stage` registers), without registering it."""
+    return Stage(
+        name=name, group=group, description=(fn.__doc__ or "").strip(), fn=fn, inputs=tuple(inputs),
+        outputs=tuple(outputs), params=tuple(params),
+        checks=tuple(c if isinstance(c, CheckSpec) else CheckSpec(*c) for c in checks),
+        metrics=tuple(metrics), plots=tuple(plots), launcher=launcher, experiment=experiment,
+        code=tuple(code) or (str(Path(fn.__code__.co_filename).parent.relative_to(_ROOT)),),
+        partitions=tuple(str(k) for k in partitions),
+    )
 
 
 _ROOT = Path(__file__).resolve().parent.parent  # the code's checkout (for DVC code deps)

@@ -2,17 +2,26 @@
 
 The same function serves every view of a stage: ``python -m pipelines run STAGE`` (and so
 ``dvc repro``), the Dagster asset, and a launched training subprocess. Guarantees:
-- declared outputs are removed before the stage runs and whenever it fails, so no partial
-  output is ever left behind (checkpoints live in undeclared sibling folders, so an
-  interrupted training resumes);
+- a failed run never loses the last good outputs: the stage builds its declared outputs in a staging
+  folder (:mod:`pipelines.staging`: ``ctx.path`` resolves them there), and they replace the previous
+  ones only when the stage returned and its blocking checks passed. A stage that raises (Ctrl-C
+  included), fails a blocking check or is refused (config, missing input, busy lock) leaves the previous
+  outputs, dvc.lock and the MLflow model registry as they were, and its staging folder is deleted; a
+  SIGKILL leaves it to the next run of the stage, which deletes it, or completes the swap when the kill
+  came while swapping. Training checkpoints live outside the outputs (``models/.runs``): a killed
+  training resumes;
 - a failed blocking check raises :class:`ValidationFailed` naming the file, record and rule,
-  unless the caller (Dagster) reports checks itself, and the outputs are removed;
+  unless the caller (Dagster) reports checks itself; the outputs stay the previous ones either way;
 - one execution at a time: the stage's file lock (:mod:`pipelines.locks`, also taking the locks of
-  stages whose outputs overlap) is held from removing the outputs to the last write; a second run
-  waits (or refuses: ``lock_timeout``), and every output file is written whole (:mod:`pipelines.atomic`);
-- only rank 0 of a distributed launch talks to MLflow, locks the stage and removes its outputs;
-- a stage that succeeds outside ``dvc repro`` is recorded in dvc.lock (:mod:`pipelines.dvc_lock`), so
-  DVC sees what Dagster or the CLI produced as up to date.
+  stages whose outputs overlap) is held from repairing the staging folder to the swap and the records
+  after it; a second run waits (or refuses: ``lock_timeout``), and every output file is written whole
+  (:mod:`pipelines.atomic`);
+- only rank 0 of a distributed launch talks to MLflow, locks the stage and swaps its outputs;
+- only after the swap: a stage that succeeds outside ``dvc repro`` is recorded in dvc.lock
+  (:mod:`pipelines.dvc_lock`), so DVC sees what Dagster or the CLI produced as up to date, and the
+  models it trained are registered in the MLflow model registry (their files are logged to the run as
+  the stage goes; the registry's new versions wait for the swap: :meth:`pipelines.tracking.Tracker.defer_registrations`).
+  (Under ``dvc repro`` DVC itself deletes a stage's outputs before running its command.)
 """
 
 from __future__ import annotations
@@ -20,16 +29,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pipelines import config as cfg
-from pipelines.errors import DataError, ValidationFailed
+from pipelines.errors import ValidationFailed
 from pipelines.locks import StageLocks, stage_lock, timeout_from_env
 from pipelines.registry import Stage, StageResult
+from pipelines.staging import Staging
 
 log = logging.getLogger("mnemos")
 
@@ -43,9 +52,14 @@ class StageContext:
     root: Path                        # project root; all declared paths are relative to it
     tracker: Any = None               # pipelines.tracking.Tracker on rank 0, else None
     extra: dict[str, Any] = field(default_factory=dict)
+    staging: Staging | None = None    # where the declared outputs are built (the runner's); None: in place
 
     def path(self, relative: str) -> Path:
-        return self.root / relative
+        """The file or folder ``relative`` (root-relative) as this run reads or writes it: in the staging
+        folder when it is, is inside, or holds a declared output of the stage (:meth:`Staging.path`), else
+        ``root / relative``. Stages reach their outputs through this alone, never ``root`` directly."""
+        staged = self.staging.path(relative) if self.staging is not None else None
+        return staged if staged is not None else self.root / relative
 
     @property
     def profile(self) -> str:
@@ -58,18 +72,6 @@ class StageContext:
 
 def is_rank_zero() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
-        path.unlink(missing_ok=True)
-
-
-def clean_outputs(stage: Stage, root: Path) -> None:
-    for out in stage.outputs:
-        _remove(root / out)
 
 
 def failed_blocking(result: StageResult):
@@ -97,27 +99,22 @@ def run_stage(name: str, overrides: dict | None = None, *, track: bool = True, e
     "env": ``MNEMOS_LOCK_TIMEOUT`` (unset: wait as long as it takes).
     ``partition``: the key of a partitioned stage (``Stage.partitions``: the benchmark's shards) this run makes.
     """
-    from pipelines.stages import STAGES  # the registry, complete
+    from pipelines.stages import STAGES, check_inputs, stage_for_run  # the registry, complete
 
-    if name not in STAGES:
-        raise KeyError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
+    root = Path(root or cfg.ROOT)
+    # The whole config is checked here (every key declared, every value accepted), before any output is touched.
+    resolved = cfg.resolve(overrides, params_file=params_file or root / "params.yaml")
+    # UnknownName (close matches; ingest_<source> for a source set in params.yaml or by this run's overrides)
     try:
-        stage = STAGES[name].for_partition(partition)
+        stage = stage_for_run(name, resolved).for_partition(partition)
     except ValueError as exc:
         from pipelines.errors import ConfigError
 
         raise ConfigError(str(exc)) from None
-    root = Path(root or cfg.ROOT)
-    # The whole config is checked here (every key declared, every value accepted), before any output is touched.
-    resolved = cfg.resolve(overrides, params_file=params_file or root / "params.yaml")
     stage_cfg = cfg.stage_config(resolved, stage.params)
-    for rel in stage.inputs:
-        if not (root / rel).exists():
-            producers = [s.name for s in STAGES.values() if rel in s.outputs]
-            hint = f"; run stage {producers[0]} first" if producers else ""
-            raise DataError(f"input {rel} of stage {name} does not exist{hint}", file=rel)
+    check_inputs(stage, root)  # MissingInput naming the stage that writes it
 
-    # Rank 0 alone locks and removes outputs: the other ranks of a launch write nothing before the training
+    # Rank 0 alone locks, stages and swaps outputs: the other ranks of a launch write nothing before the training
     # engine's first collective, which they pass once their rank 0 holds the lock (within torch's process-group
     # timeout), and no rank waits on a lock its own launch holds. The Dagster asset of a launched stage does
     # not lock: its Pipes subprocess does.
@@ -130,12 +127,14 @@ def run_stage(name: str, overrides: dict | None = None, *, track: bool = True, e
 
 def _execute(stage: Stage, stage_cfg: dict, root: Path, *, track: bool, enforce_checks: bool,
              held: StageLocks | None) -> StageResult:
-    """Run ``stage`` under its locks (``held``; None on ranks other than 0): see the module docstring."""
+    """Run ``stage`` under its locks (``held``; None on ranks other than 0) against its staging folder; swap
+    the outputs in, record dvc.lock and register models only once it succeeded (see the module docstring)."""
     writer = is_rank_zero()
+    staging = Staging(root, stage)
     if writer:
-        clean_outputs(stage, root)
+        staging.begin()  # a killed earlier run: its swap completed, or its staging folder deleted
     started = time.time()
-    tracker_cm = None
+    tracker_cm, tracker = None, None
     if track and writer:
         from pipelines import tracking
 
@@ -148,28 +147,37 @@ def _execute(stage: Stage, stage_cfg: dict, root: Path, *, track: bool, enforce_
     try:
         if tracker_cm is not None:
             with tracker_cm as tracker:
-                result = _call(stage, stage_cfg, root, tracker)
+                tracker.defer_registrations()  # the registry gets the models once they are in place
+                result = _call(stage, stage_cfg, root, tracker, staging)
         else:
-            result = _call(stage, stage_cfg, root, None)
+            result = _call(stage, stage_cfg, root, None, staging)
     except BaseException:
         if writer:
-            clean_outputs(stage, root)
+            staging.discard()
         raise
     result.metadata.setdefault("seconds", round(time.time() - started, 2))
     if failed_blocking(result):
         if writer:
-            clean_outputs(stage, root)
+            staging.discard()
         if enforce_checks:
             raise ValidationFailed(blocking_message(stage, result), rule=failed_blocking(result)[0].name)
-    else:  # complete outputs: recorded in dvc.lock as `dvc repro` would (pipelines/dvc_lock.py says when not)
-        from pipelines.dvc_lock import record_stage
+        return result
+    if writer:
+        staging.commit()
+        result.metadata = staging.published(result.metadata)
+    # complete outputs, in place: recorded in dvc.lock as `dvc repro` would (pipelines/dvc_lock.py says when not)
+    from pipelines.dvc_lock import record_stage
 
-        record_stage(stage, root, stage_cfg)
+    record_stage(stage, root, stage_cfg)
+    if tracker is not None:
+        registered = tracker.register_deferred()
+        if registered:
+            result.metadata.setdefault("registered_models", registered)
     return result
 
 
-def _call(stage: Stage, stage_cfg: dict, root: Path, tracker) -> StageResult:
-    ctx = StageContext(stage=stage, config=stage_cfg, root=root, tracker=tracker)
+def _call(stage: Stage, stage_cfg: dict, root: Path, tracker, staging: Staging | None = None) -> StageResult:
+    ctx = StageContext(stage=stage, config=stage_cfg, root=root, tracker=tracker, staging=staging)
     log.info("stage %s: starting (profile %s)", stage.run_name, ctx.profile)
     result = stage.fn(ctx)
     if not isinstance(result, StageResult):
@@ -179,7 +187,7 @@ def _call(stage: Stage, stage_cfg: dict, root: Path, tracker) -> StageResult:
         failed = [c.name for c in result.checks if not c.passed]
         tracker.set_tags({"mnemos.checks": "failed: " + ", ".join(failed) if failed else "passed"})
         for rel in stage.outputs:
-            path = root / rel
+            path = ctx.path(rel)  # staged: the swap comes after the checks
             if rel.startswith("reports/") and path.exists():
                 tracker.log_artifact(path, artifact_path="reports")
         result.metadata.setdefault("mlflow_run_id", tracker.run_id)

@@ -83,3 +83,57 @@ def dvc_yaml() -> str:
         doc["plots"] = plots
     header = "# GENERATED from pipelines/stages.py by `make dvc-yaml`: do not edit by hand.\n"
     return header + yaml.safe_dump(doc, sort_keys=False, width=120)
+
+
+def stage_for_run(name: str, config: dict) -> Stage:
+    """Stage ``name`` as a run whose resolved config is ``config`` sees it (the CLI looks a stage up with this).
+
+    ``ingest_<source>`` exists for each source that params.yaml ``sources`` sets; a source set only for this run
+    (``--set sources.<source>=PATH``), or set to another path, gets its stage here, put in :data:`STAGES` for the
+    rest of this process (the runner looks stages up there). An unknown name is an :class:`UnknownName` listing the
+    close matches and saying where stages come from.
+    """
+    from pipelines.data.loaders import LOADERS
+    from pipelines.data.stage import source_stage
+    from pipelines.errors import UnknownName, close_matches
+
+    if name.startswith("ingest_") and name[len("ingest_"):] in LOADERS:
+        source = name[len("ingest_"):]
+        path = (config.get("sources") or {}).get(source)
+        if path:
+            if name not in STAGES or STAGES[name].inputs != (str(path),):
+                STAGES[name] = source_stage(source, path)
+            return STAGES[name]
+        raise UnknownName(f"stage {name!r} does not exist: source {source!r} is not configured "
+                          f"(params.yaml sources.{source} is empty).",
+                          hint=f"set sources.{source} in params.yaml to its published files, or give them for "
+                               f"this run: --set sources.{source}=PATH.")
+    if name in STAGES:
+        return STAGES[name]
+    ingest = [f"ingest_{s}" for s in LOADERS]
+    raise UnknownName(f"unknown stage {name!r}{close_matches(name, [*STAGES, *ingest])}",
+                      hint="`python -m pipelines list` lists the stages (pipelines/stages.py registers them); "
+                           "ingest_<source> exists once params.yaml sources.<source> (or --set sources.<source>=PATH) "
+                           "names the source's files.")
+
+
+def check_inputs(stage: Stage, root) -> None:
+    """A :class:`~pipelines.errors.MissingInput` for the first declared input of ``stage`` missing under ``root``,
+    naming the stage that writes it."""
+    from pathlib import Path
+
+    from pipelines.errors import MissingInput
+
+    for rel in stage.inputs:
+        if not (Path(root) / rel).exists():
+            producers = [s.name for s in STAGES.values() if rel in s.all_outputs]
+            how = f"; run stage {producers[0]} first" if producers else ""
+            error = MissingInput(f"input {rel} of stage {stage.name} does not exist{how}.")
+            error.file = rel
+            source = stage.name[len("ingest_"):] if stage.params == ("sources", "ingest") else None
+            if producers:
+                error.hint = f"python -m pipelines run {producers[0]}, then run {stage.name} again."
+            elif source:
+                error.hint = (f"point sources.{source} at the published files (params.yaml, or --set "
+                              f"sources.{source}=PATH for one run).")
+            raise error

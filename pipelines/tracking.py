@@ -99,6 +99,7 @@ class Tracker:
         self._run_name, self._stage, self._tags, self._params, self._lock = run_name, stage, tags, params, lock
         self.run = None
         self._held: dict[str, int] = {}  # metric -> last step the continued run already holds
+        self._deferred: list[tuple[str, str]] | None = None  # (name, description) awaiting the registry
 
     @property
     def run_id(self) -> str:
@@ -201,9 +202,28 @@ class Tracker:
         self.open()
         self._mlflow.log_text(text, f"{artifact_path}/MODEL_CARD.md")
 
-    def register_model(self, path: str | Path, name: str, description: str = "") -> str:
-        """Log the model folder as artifacts and register it as a new version of ``name``."""
+    def register_model(self, path: str | Path, name: str, description: str = "") -> str | None:
+        """Log the model folder as artifacts and register it as a new version of ``name``; after
+        :meth:`defer_registrations` the artifacts are logged now, the version waits (returns None)."""
         self.log_artifact(path, artifact_path="model")
+        if self._deferred is not None:
+            self._deferred.append((name, description))
+            return None
+        return self._create_version(name, description)
+
+    def defer_registrations(self) -> None:
+        """Hold back the registry's new versions until :meth:`register_deferred`: the runner registers a
+        stage's models only once its outputs are swapped in (pipelines/runner.py); a run that fails, or is
+        killed, leaves the registry as it was."""
+        if self._deferred is None:
+            self._deferred = []
+
+    def register_deferred(self) -> dict[str, str]:
+        """Create the versions :meth:`register_model` held back (the run may have ended): {name: version}."""
+        pending, self._deferred = self._deferred or [], None
+        return {name: self._create_version(name, description) for name, description in pending}
+
+    def _create_version(self, name: str, description: str) -> str:
         client = self._mlflow.MlflowClient()
         try:
             client.get_registered_model(name)

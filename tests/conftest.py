@@ -41,3 +41,14 @@ def smollm2_models(tmp_path_factory):
     models = tmp_path_factory.mktemp("llm-models")
     resolve_model("smollm2-135m-instruct", models)
     return models
+
+
+@pytest.fixture
+def registry(monkeypatch, tmp_path):
+    """An empty stage registry (tests put their stages in it) and a tiny-profile params.yaml in ``tmp_path``."""
+    import pipelines.stages as stages_mod
+
+    (tmp_path / "params.yaml").write_text("profile: tiny\nseed: 1\nbenchmark: {embedding_batch_size: 5}\n")
+    table = {}
+    monkeypatch.setattr(stages_mod, "STAGES", table)
+    return table

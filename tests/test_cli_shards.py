@@ -4,7 +4,7 @@
   line of queries.jsonl equal field by field (wall times apart: measurements, not figures);
 - a benchmark killed with SIGKILL in the middle resumes after the episodes it finished, and reports what an
   uninterrupted run reports;
-- bad requests end in one line on stderr, exit 1, no traceback, and no report written: a shard index out of
+- bad requests end in one error line on stderr (and a hint), exit 8 (a shard refused) or 2 (a bad option), no traceback, and no report written: a shard index out of
   range, a merge with shards missing (named) or unfinished, shards of another configuration or other data.
 """
 
@@ -82,8 +82,10 @@ def test_merged_shards_equal_the_unsharded_run_field_by_field(project):
     assert sorted(p for ps in positions.values() for p in ps) == list(range(sum(map(len, positions.values()))))
 
 
-def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+def _one_line_error(proc: subprocess.CompletedProcess, *needles: str, code: int = 8) -> str:
+    """The one ``error:`` line of a refused command, exit ``code`` (pipelines.errors: 8 a shard refused, 2 a bad
+    option or configuration)."""
+    assert proc.returncode == code, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr
@@ -100,7 +102,7 @@ def test_shard_index_out_of_range_is_one_line(project):
     proc = run_cli(_bench(tmp / "range", "--shards", "0"), root)
     _one_line_error(proc, "at least 1")
     proc = run_cli(_bench(tmp / "range", "--shard", "0"), root)
-    _one_line_error(proc, "--shard needs --shards")
+    _one_line_error(proc, "--shard needs --shards", code=2)
 
 
 def test_merge_names_missing_and_unfinished_shards(project):
@@ -179,4 +181,4 @@ def test_a_streamed_suite_reports_what_the_listed_one_does_and_answers_nothing(t
     assert _report(tmp_path / "streamed") == _report(tmp_path / "listed")
     refused = run_cli(["benchmark", "--suite", "longmemeval_m", "--path", str(LONGMEMEVAL), "--out",
                        str(tmp_path / "m"), "-q"], root)
-    _one_line_error(refused, "streams its data", "--no-answers")
+    _one_line_error(refused, "streams its data", "--no-answers", code=2)

@@ -217,7 +217,7 @@ def project(tmp_path, monkeypatch):
 def test_cli_run_refuses_a_bad_config_before_touching_outputs(project, capsys, text, message):
     from pipelines.cli import main
 
-    assert main(["run", "synthetic", "--no-track", "--set", text]) == 1
+    assert main(["run", "synthetic", "--no-track", "--set", text]) == 2   # a ConfigError (pipelines.errors)
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
     assert (project / "data/raw/synthetic/train.jsonl").read_text() == "written by an earlier run\n"
@@ -232,7 +232,7 @@ def test_cli_benchmark_refuses_a_bad_config_before_writing(project, capsys, tmp_
 
     out = tmp_path / "report"
     typo = "benchmark.strategy_settings.bm25.k=1"
-    assert main(["benchmark", "--suite", "synthetic", "--out", str(out), "--set", typo]) == 1
+    assert main(["benchmark", "--suite", "synthetic", "--out", str(out), "--set", typo]) == 2
     assert "unknown key benchmark.strategy_settings.bm25.k; did you mean benchmark.strategy_settings.bm25.k1?" \
         in capsys.readouterr().err
     assert not out.exists()

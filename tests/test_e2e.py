@@ -193,7 +193,7 @@ def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
 
     # CLI / DVC: non-zero exit, message naming file, record and rule; no canonical data left.
     proc = sh(project, "python", "-m", "pipelines", "run", "ingest_synthetic", "--no-track", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 5   # bad data (pipelines.errors.EXIT_CODES)
     assert "test.jsonl" in proc.stderr and "line 2" in proc.stderr and "rule '" in proc.stderr
     assert not (root / "data/canonical/synthetic").exists()
     # DVC would regenerate a corrupted stage output, so run the validating stage alone on it.

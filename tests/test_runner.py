@@ -11,27 +11,16 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-import pipelines.stages as stages_mod
 from pipelines.errors import DataError, ValidationFailed
-from pipelines.registry import CheckOutcome, Stage, StageResult
+from pipelines.registry import CheckOutcome, StageResult
 from pipelines.runner import run_stage
+from tests._one_registry import demo_stage
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def make_stage(fn, **kw):
-    base = dict(name="demo", group="data", description="demo stage", fn=fn, inputs=(), outputs=("out/demo.json",),
-                params=("benchmark",))
-    base.update(kw)
-    return Stage(**base)
-
-
-@pytest.fixture
-def registry(monkeypatch, tmp_path):
-    (tmp_path / "params.yaml").write_text("profile: tiny\nseed: 1\nbenchmark: {embedding_batch_size: 5}\n")
-    table = {}
-    monkeypatch.setattr(stages_mod, "STAGES", table)
-    return table
+    return demo_stage(fn, "out/demo.json", **kw)
 
 
 def test_stage_gets_resolved_config_and_logs_one_run(registry, tmp_path, mlflow_store):
@@ -179,10 +168,9 @@ def sleep_forever(ctx):
     time.sleep(600)
     return StageResult()
 
-registry = types.ModuleType("pipelines.stages")  # this one stage instead of the project's
-registry.STAGES = {"demo": Stage(name="demo", group="data", description="demo stage", fn=sleep_forever, inputs=(),
-                                 outputs=("out/demo.json",), params=("benchmark",))}
-sys.modules["pipelines.stages"] = registry
+from tests._one_registry import install  # this one stage instead of the project's
+install({"demo": Stage(name="demo", group="data", description="demo stage", fn=sleep_forever, inputs=(),
+                       outputs=("out/demo.json",), params=("benchmark",))})
 from pipelines.runner import run_stage
 run_stage("demo", root=Path(sys.argv[1]))
 """
@@ -225,7 +213,7 @@ def test_cli_no_wait_refuses_with_a_message_naming_the_holder(tmp_path):
     root = tmp_project(tmp_path / "project")
     with stage_lock(root, STAGES["synthetic"], STAGES.values()):
         proc = run_cli(["run", "synthetic", "--no-track", "--no-wait"], root)
-    assert proc.returncode == 1
+    assert proc.returncode == 6   # busy (pipelines.errors.EXIT_CODES)
     assert f"error: stage synthetic not started: its lock {root / '.mnemos/locks/synthetic.lock'} is held by " \
            f"stage synthetic, pid {os.getpid()}" in proc.stderr
     assert not (root / "data").exists()  # refused before touching anything

@@ -138,21 +138,36 @@ def ingest_synthetic(ctx) -> StageResult:
     return ingest_and_validate(ctx, "canonical", ctx.path(RAW_SYNTHETIC), "synthetic")
 
 
+def _source_stage_spec(source: str, path) -> dict:
+    """The registry fields of ``ingest_<source>`` reading ``path`` (params.yaml ``sources.<source>``)."""
+    return dict(name=f"ingest_{source}", group="data", params=("sources", "ingest"), inputs=(str(path),),
+                outputs=(canonical_dir(source),), checks=_rule_specs(), code=("pipelines/data", "pipelines/validate"))
+
+
+def _source_fn(source: str):
+    def fn(ctx, source=source):
+        path = Path(ctx.config["sources"][source]).expanduser()
+        return ingest_and_validate(ctx, source, path if path.is_absolute() else ctx.root / path, source)
+
+    fn.__doc__ = f"Ingest and validate the {source} files at params.yaml sources.{source} into the canonical model."
+    return fn
+
+
+def source_stage(source: str, path):
+    """``ingest_<source>`` for a run whose resolved config sets ``sources.<source>`` to ``path`` (e.g. only through
+    ``--set sources.<source>=PATH``): the stage params.yaml would register, not registered (that run only)."""
+    from pipelines.registry import make_stage
+
+    return make_stage(_source_fn(source), **_source_stage_spec(source, path))
+
+
 def _register_sources() -> None:
     """One ``ingest_<source>`` stage for each real source configured in params.yaml ``sources``."""
     sources = (load_params().get("sources") or {})
     for source, path in sources.items():
         if not path:
             continue
-
-        def fn(ctx, source=source):
-            path = Path(ctx.config["sources"][source]).expanduser()
-            return ingest_and_validate(ctx, source, path if path.is_absolute() else ctx.root / path, source)
-
-        fn.__doc__ = f"Ingest and validate the {source} files at params.yaml sources.{source} into the canonical model."
-        stage(name=f"ingest_{source}", group="data", params=("sources", "ingest"), inputs=(str(path),),
-              outputs=(canonical_dir(source),), checks=_rule_specs(),
-              code=("pipelines/data", "pipelines/validate"))(fn)
+        stage(**_source_stage_spec(source, path))(_source_fn(source))
 
 
 _register_sources()

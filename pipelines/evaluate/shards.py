@@ -48,6 +48,10 @@ FORMAT = 1  # bump when a line's layout changes: older shard folders are then st
 class ShardError(MnemosError, ValueError):
     """A shard that cannot be run or merged as asked (index out of range, missing, unfinished, mismatched)."""
 
+    exit_code = 8
+    hint = ("shards are --shard 0 to N-1 of --shards N: run each missing or unfinished one with the same other "
+            "arguments as the rest, then `merge ... --shards N`.")
+
 
 @dataclass(frozen=True)
 class ShardSpec:

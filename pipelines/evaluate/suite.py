@@ -89,7 +89,7 @@ from typing import Any, Iterator, Sequence
 import yaml
 
 from pipelines.data.schema import Episode, Query
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, MissingInput, UnknownName, close_matches
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 RETRIEVAL_METRICS = ("recall", "recall_any", "recall_all", "ndcg_any", "mrr")
@@ -337,8 +337,11 @@ def load_suite(name_or_path: str | os.PathLike) -> Suite:
     text = str(name_or_path)
     path = Path(text) if text.endswith((".yaml", ".yml")) or os.sep in text else SUITES_DIR / f"{text}.yaml"
     if not path.is_file():
-        raise ConfigError(f"benchmark suite {text!r} not found (looked for {path}); "
-                          f"shipped suites: {', '.join(list_suites())}.")
+        if path.parent == SUITES_DIR and text == path.stem:   # a name: the close shipped ones
+            raise UnknownName(f"benchmark suite {text!r} not found (looked for {path})"
+                              f"{close_matches(text, list_suites())}; shipped suites: {', '.join(list_suites())}.",
+                              hint="`python -m pipelines suites` lists them; --suite also takes a suite .yaml file.")
+        raise MissingInput(f"benchmark suite file {text!r} does not exist.", file=str(path))
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, MnemosError
 
 Message = dict[str, str]          # {"role": "system" | "user" | "assistant", "content": str}
 Messages = list[Message]          # one conversation
@@ -38,9 +38,13 @@ def raw_prompt(messages: Messages) -> str:
     return "\n".join(m["content"] for m in messages)
 
 
-class LLMError(RuntimeError):
+class LLMError(MnemosError, RuntimeError):
     """A backend could not answer (server unreachable after its retries, model failed to load, ...);
     the message names the backend, the model and, for a server, its URL."""
+
+    exit_code = 7
+    hint = ("start the server or fix its address and model (params.yaml llm.*, or --set llm.reader.base_url=... / "
+            "llm.reader.model=...); `benchmark --no-answers` scores the retrieval without a language model.")
 
 
 @dataclass(frozen=True)

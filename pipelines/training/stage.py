@@ -2,8 +2,10 @@
 
 Checkpoints live in ``models/.runs/<stage>-<hash>`` where the hash covers the stage's resolved
 config and the content of its inputs: a killed run started again with the same config resumes
-there; a changed config starts afresh. The finished model is copied to the stage's declared
-output and the run folder removed. Only rank 0 writes.
+there; a changed config starts afresh. The run folder is no declared output: the runner's staging
+(pipelines/staging.py) never touches it. The finished model is copied to the stage's declared output
+(``ctx.path``: its staging place, swapped in by the runner once the stage succeeded) and the run folder
+removed. Only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def train_stage(ctx, task, knobs: dict, out_rel: str, folder: Path | None = None
     metrics = summary.to_metrics()
     meta = dict(metrics)
     meta["model_dir"] = str(out)
+    if summary.resumed_from_step is not None:  # this session resumed a killed one from its checkpoint
+        meta["resumed_from_step"] = summary.resumed_from_step
     if summary.train_losses:
         meta["first_train_loss"], meta["last_train_loss"] = summary.train_losses[0][1], summary.train_losses[-1][1]
     return StageResult(metadata=meta, metrics=metrics)

@@ -1,6 +1,7 @@
 """A bad config given to the Dagster ``mnemos`` resource (or in params.yaml) fails the asset with a ConfigError
 before any of its outputs is touched, for in-process and launched (Pipes) assets alike: real materialisations
-over a temp project."""
+over a temp project. The asset fails with a ``dg.Failure`` whose description is the CLI's ``error:`` / ``hint:`` lines
+(issue #31), the ConfigError named in its metadata with exit code 2 and its traceback."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 from assets.factory import build_asset
 from assets.resources import MnemosResource
 from pipelines.config import CODE_ROOT
-from pipelines.errors import ConfigError
 from pipelines.stages import STAGES
 
 DAGSTER = "Dagster run config (resources.mnemos.config.overrides)"
@@ -27,6 +27,15 @@ def project(tmp_path, monkeypatch):
         (tmp_path / rel).parent.mkdir(parents=True)
         (tmp_path / rel).write_text("written by an earlier run\n")
     return tmp_path
+
+
+def config_failure(err) -> str:
+    """The description of a ``dg.Failure`` of a ConfigError: its one error line (and hint), checked."""
+    failure = err.value
+    assert failure.metadata["error"].value == "ConfigError" and failure.metadata["exit_code"].value == 2
+    assert "Traceback" not in failure.description and failure.description.startswith("error: ")
+    assert len(failure.description.splitlines()) <= 2
+    return failure.description
 
 
 def materialize(stage: str, root, overrides: list[str]):
@@ -44,9 +53,9 @@ def materialize(stage: str, root, overrides: list[str]):
     (["nosuch.key=1"], f"{DAGSTER} 'nosuch.key=1': unknown key nosuch;"),
 ])
 def test_bad_run_config_fails_the_asset_before_its_outputs_are_touched(project, stage, output, overrides, message):
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(dg.Failure) as err:
         materialize(stage, project, overrides)
-    assert message in str(err.value)
+    assert message in config_failure(err)
     assert (project / output).read_text() == "written by an earlier run\n"
 
 
@@ -54,8 +63,9 @@ def test_bad_params_yaml_fails_the_asset_too_and_good_overrides_run(project):
     params = project / "params.yaml"
     shipped = params.read_text()
     params.write_text(shipped.replace("  turns: 10", "  turn: 10"))
-    with pytest.raises(ConfigError, match=r"params.yaml: unknown key synthetic.turn; did you mean synthetic.turns\?"):
+    with pytest.raises(dg.Failure) as err:
         materialize("synthetic", project, [])
+    assert "params.yaml: unknown key synthetic.turn; did you mean synthetic.turns?" in config_failure(err)
     assert (project / "data/raw/synthetic/train.jsonl").read_text() == "written by an earlier run\n"
     params.write_text(shipped)
     result = materialize("synthetic", project, ["synthetic.episodes=6", "synthetic.sessions=3"])

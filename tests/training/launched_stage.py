@@ -9,7 +9,6 @@ the engine, MLflow on rank 0), with this one stage as the registry, so that a te
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,9 +33,9 @@ STAGE = Stage(name="tiny_train", group="mdr", description="the engine tests' tin
               inputs=(), outputs=(OUTPUT,), params=(), launcher="accelerate")
 
 if __name__ == "__main__":
-    registry = types.ModuleType("pipelines.stages")  # this one stage instead of the project's
-    registry.STAGES = {STAGE.name: STAGE}
-    sys.modules["pipelines.stages"] = registry
+    from tests._one_registry import install
+
+    install({STAGE.name: STAGE})  # this one stage instead of the project's
     from pipelines.runner import run_stage
 
     run_stage(STAGE.name, root=Path(sys.argv[1]))

@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 
 from pipelines.data.loaders.base import LoadResult
 from pipelines.data.schema import Episode
-from pipelines.errors import ConfigError
+from pipelines.errors import UnknownName, close_matches
 
 Loader = Callable[[str | Path], LoadResult]
 Streamer = Callable[[str | Path, LoadResult], Iterator[tuple[str, Episode]]]
@@ -70,7 +70,8 @@ def get_streamer(name: str) -> Streamer | None:
 def get_loader(name: str) -> Loader:
     """The loader registered under ``name``; ConfigError listing the known names otherwise."""
     if name not in LOADERS:
-        raise ConfigError(f"unknown source '{name}'; known sources: {', '.join(sorted(LOADERS))}")
+        raise UnknownName(f"unknown source '{name}'{close_matches(name, LOADERS)}; known sources: "
+                          f"{', '.join(sorted(LOADERS))}")
     return LOADERS[name]
 
 

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator, Mapping, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from pipelines.data.schema import Episode
-from pipelines.errors import DataError
+from pipelines.errors import DataError, MissingInput
 
 MAX_EXAMPLES = 5  # examples kept per drop reason
 
@@ -235,8 +235,8 @@ def build(model: type[M], where: Where, **values: Any) -> M:
 def require_file(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise DataError("file does not exist" if not path.exists() else "not a regular file",
-                        file=str(path))
+        raise (MissingInput if not path.exists() else DataError)(
+            "file does not exist" if not path.exists() else "not a regular file", file=str(path))
     return path
 
 
@@ -246,7 +246,7 @@ def files_in(path: str | Path, pattern: str) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise DataError("path does not exist", file=str(path))
+        raise MissingInput("path does not exist", file=str(path))
     found = sorted(p for p in path.glob(pattern) if p.is_file())
     if not found:
         raise DataError(f"no file matching '{pattern}' in this folder", file=str(path))

@@ -53,7 +53,7 @@ from pipelines.data.loaders.base import (LoadResult, Where, build, check, get, i
                                          split_from_name, str_list)
 from pipelines.data.loaders.dates import EPOCH, parse_gap
 from pipelines.data.schema import Episode, Memory, Session, Speaker, Turn
-from pipelines.errors import DataError
+from pipelines.errors import DataError, MissingInput
 
 ORDINALS = ("first", "second", "third", "fourth", "fifth")
 PARLAI_SPEAKERS = ("Speaker 1", "Speaker 2")
@@ -81,7 +81,7 @@ def _files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise DataError("path does not exist", file=str(path))
+        raise MissingInput("path does not exist", file=str(path))
     files = sorted({p for pattern in _PATTERNS for p in path.glob(pattern) if p.is_file()})
     if not files:
         raise DataError(f"no file matching {' or '.join(_PATTERNS)} in this folder", file=str(path))
