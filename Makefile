@@ -36,7 +36,7 @@ run: setup
 	@echo "Report: reports/benchmark.md  metrics: reports/metrics.json  plots: reports/plots/*.png"
 	@echo "DVC: dvc.lock records every stage (.venv/bin/dvc status; .venv/bin/dvc metrics show)"
 
-# The same graph on the small profile: SmolLM2-135M-Instruct adapted with LoRA on the CPU (README, "The small profile").
+# The same graph on the small profile: SmolLM2-135M-Instruct adapted with LoRA on the CPU (docs/tutorials/paper-profile.md, "The small profile").
 run-small: setup
 	MNEMOS_PROFILE=small $(VENV)/bin/dagster asset materialize -m assets.definitions --select '*'
 	@echo "Report: reports/benchmark.md (profile small)"

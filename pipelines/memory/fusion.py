@@ -468,7 +468,7 @@ def _calibrate_finite(scores: np.ndarray, method: str) -> np.ndarray:
 
 
 # --- the named steps of the ablation: each adds one ingredient to the previous -------------------------------
-# Defaults chosen on LoCoMo conversations 0-4 (calibration, m, w_k, w_p, time_boost); README "Retrieval strategies"
+# Defaults chosen on LoCoMo conversations 0-4 (calibration, m, w_k, w_p, time_boost); docs/explanation/retrieval.md
 # gives the sweep and the held-out figures (conversations 5-9, the LongMemEval S sample).
 
 @dataclass(frozen=True)
