@@ -177,6 +177,13 @@ def test_benchmark_shards_run_as_dagster_partitions_and_merge_to_the_same_report
         (root / "dvc.yaml").write_text(dvc_text)
 
 
+def _files(folder: Path) -> dict[str, bytes] | None:
+    """Every file under ``folder`` and its bytes; None when it does not exist."""
+    if not folder.exists():
+        return None
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
     root, _ = project
     raw = root / "data/raw/synthetic/test.jsonl"
@@ -191,11 +198,15 @@ def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
     for rel in ("reports/benchmark.md", "reports/metrics.json"):
         (root / rel).unlink(missing_ok=True)
 
-    # CLI / DVC: non-zero exit, message naming file, record and rule; no canonical data left.
+    # CLI: non-zero exit, message naming file, record and rule; the canonical data of the last good run (if
+    # any) stays exactly as it was (pipelines/staging.py): nothing of the corrupted file is written.
+    canonical = root / "data/canonical/synthetic"
+    before = _files(canonical)
     proc = sh(project, "python", "-m", "pipelines", "run", "ingest_synthetic", "--no-track", check=False)
     assert proc.returncode == 5   # bad data (pipelines.errors.EXIT_CODES)
     assert "test.jsonl" in proc.stderr and "line 2" in proc.stderr and "rule '" in proc.stderr
-    assert not (root / "data/canonical/synthetic").exists()
+    assert _files(canonical) == before
+    # DVC deletes a stage's outputs before its command runs (then the stage fails: nothing is written);
     # DVC would regenerate a corrupted stage output, so run the validating stage alone on it.
     repro = sh(project, "dvc", "repro", "--single-item", "ingest_synthetic", check=False)
     assert repro.returncode != 0 and "evidence" in repro.stderr + repro.stdout

@@ -280,8 +280,7 @@ def test_the_dense_strategy_on_the_onnx_backend_ranks_the_paraphrase_first(expor
 @pytest.mark.slow
 @pytest.mark.parametrize("quantization, floor", [("none", 0.9999), ("int8_weights", 0.998)])
 def test_the_openvino_exports_agree_with_torch(tmp_path, quantization, floor):
-    pytest.importorskip("openvino")
-    pytest.importorskip("nncf")
+    # openvino is a dependency and nncf (int8_weights) the openvino-int8 extra, both installed by `make setup`
     encoder = E.load_encoder(backend="openvino", quantization=quantization, export_dir=str(tmp_path))
     reference = E.load_encoder().encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
     assert (encoder.encode(TEXTS, batch_size=3) * reference).sum(1).min() > floor
