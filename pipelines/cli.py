@@ -46,24 +46,12 @@ def _overrides(args) -> dict:
 
 
 def cmd_run(args) -> int:
-    from pipelines.config import ROOT, resolve
     from pipelines.runner import run_stage
-    from pipelines.stages import check_inputs, stage_for_run
 
-    overrides = _overrides(args)
-    # The stage as this run's config makes it (ingest_<source> of a --set sources.<source>=PATH), its inputs there:
-    # an unknown stage, an unconfigured source or a missing input is refused here, in one message.
-    stage = stage_for_run(args.stage, resolve(overrides, params_file=ROOT / "params.yaml"))
-    try:
-        stage = stage.for_partition(args.partition)
-    except ValueError as exc:
-        error = ConfigError(str(exc))
-        error.hint = ("its partitions are params.yaml benchmark.shards' shard indices" if stage.partitions else
-                      "only a partitioned stage takes --partition")
-        raise error from None
-    check_inputs(stage, ROOT)
+    # An unknown stage, an unconfigured source, a bad partition or a missing input is refused by run_stage before
+    # anything is written, in one message (main prints it).
     lock_timeout = 0.0 if args.no_wait else args.lock_timeout if args.lock_timeout is not None else "env"
-    result = run_stage(args.stage, overrides, track=not args.no_track, lock_timeout=lock_timeout,
+    result = run_stage(args.stage, _overrides(args), track=not args.no_track, lock_timeout=lock_timeout,
                        partition=args.partition)
     summary = {k: v for k, v in result.metadata.items() if isinstance(v, (int, float, str, bool, dict))}
     failed = [c.name for c in result.checks if not c.passed]

@@ -105,12 +105,16 @@ def run_stage(name: str, overrides: dict | None = None, *, track: bool = True, e
     # The whole config is checked here (every key declared, every value accepted), before any output is touched.
     resolved = cfg.resolve(overrides, params_file=params_file or root / "params.yaml")
     # UnknownName (close matches; ingest_<source> for a source set in params.yaml or by this run's overrides)
+    stage = stage_for_run(name, resolved)
     try:
-        stage = stage_for_run(name, resolved).for_partition(partition)
+        stage = stage.for_partition(partition)
     except ValueError as exc:
         from pipelines.errors import ConfigError
 
-        raise ConfigError(str(exc)) from None
+        error = ConfigError(str(exc))
+        error.hint = ("its partitions are params.yaml benchmark.shards' shard indices" if stage.partitions else
+                      "only a partitioned stage takes --partition")
+        raise error from None
     stage_cfg = cfg.stage_config(resolved, stage.params)
     check_inputs(stage, root)  # MissingInput naming the stage that writes it
 
