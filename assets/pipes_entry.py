@@ -11,7 +11,8 @@ import json
 import os
 import sys
 
-from pipelines.runner import is_rank_zero, run_stage
+from pipelines.ranks import is_rank_zero
+from pipelines.runner import run_stage
 
 
 def _plain(value):

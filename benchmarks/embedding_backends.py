@@ -13,7 +13,7 @@ Issue #29, points 1 and 5: embedding at the speed of the hardware. Texts, two ki
   ones of about 20 words.
 
 ``--n`` distinct texts of each kind (a seeded sample). Every variant (``backend:quantization``, see
-:mod:`pipelines.memory.embeddings`; onnx ``int8`` is this CPU's dynamic preset, openvino ``int8`` NNCF's static
+:mod:`pipelines.models.embeddings`; onnx ``int8`` is this CPU's dynamic preset, openvino ``int8`` NNCF's static
 int8 calibrated on local texts) encodes the same texts with the same batch size; the runs are interleaved (pass 1
 of every variant, then pass 2, ...) and a variant's figure is its best pass (on a machine shared with other work,
 interference only adds time), with ``texts/cpu-s`` beside (texts per second of this process's CPU time, which other
@@ -50,7 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipelines.memory import embeddings as E  # noqa: E402
+from pipelines.models import embeddings as E  # noqa: E402
 
 DEFAULT_VARIANTS = "torch:none,onnx:none,onnx:int8,openvino:none,openvino:int8,openvino:int8_weights"
 DEPTH = 30

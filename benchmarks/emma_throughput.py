@@ -5,7 +5,7 @@
     python benchmarks/emma_throughput.py --contenders engine,hf,hf-grouped --engine-compile true
     python benchmarks/emma_throughput.py --spec tiny --steps 6 --skip 2 --batch-size 4 --max-source 128  # CPU smoke
 
-Both sides train the same model, built by ``pipelines.emma.dialogue.build_dialogue_model``: a T5 of
+Both sides train the same model, built by ``pipelines.emma.dialogue_model.build_dialogue_model``: a T5 of
 FLAN-T5-Large's architecture (spec "flan-t5-large", random init: no hub), frozen base in 4-bit NF4
 with double quantisation (bitsandbytes), LoRA r=32, alpha=32, dropout 0.1 on every linear layer
 (peft), inputs up to 1024 and targets up to 64 tokens, lr 1e-3 (seed 000, Appendix E.1), bf16
@@ -110,7 +110,7 @@ class IdsTask:
         self.cfg, self.examples, self.base_dir, self.collate = cfg, examples, base_dir, collate
 
     def build_model(self):
-        from pipelines.emma.dialogue import build_dialogue_model
+        from pipelines.emma.dialogue_model import build_dialogue_model
 
         return build_dialogue_model(self.cfg, Vocab(), self.base_dir)
 
@@ -124,7 +124,7 @@ class IdsTask:
         return [len(s) + len(t) for s, t in self.examples]
 
     def compute_loss(self, model, batch):
-        from pipelines.emma.dialogue import seq2seq_loss
+        from pipelines.emma.dialogue_training import seq2seq_loss
 
         return seq2seq_loss(model, batch)
 
@@ -170,7 +170,8 @@ def run_hf(task, cfg, args, workdir: str, grouped: bool) -> tuple[float, float]:
 def child(args) -> int:
     import torch
 
-    from pipelines.emma.dialogue import EMMADialogueConfig, save_random_base
+    from pipelines.emma.dialogue_config import EMMADialogueConfig
+    from pipelines.emma.dialogue_model import save_random_base
 
     cfg = EMMADialogueConfig(model=args.spec, max_source_length=args.max_source, max_target_length=args.max_target,
                              gradient_checkpointing=args.gradient_checkpointing, seed=args.seed)

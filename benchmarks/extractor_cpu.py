@@ -44,7 +44,8 @@ VARIANTS = ("nf4", "fp32", "bf16")
 
 def examples(personaext: str | None, n: int):
     """``n`` extraction examples: PersonaExt's first utterances when given, else the synthetic data's with facts."""
-    from pipelines.glong.extractor import evenly_spaced, extraction_examples
+    from pipelines.data.sampling import evenly_spaced
+    from pipelines.glong.extractor import extraction_examples
 
     if personaext:
         from pipelines.data.loaders import get_loader

@@ -71,7 +71,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipelines.data.schema import Episode, Query, Session, Turn  # noqa: E402
 from pipelines.data.synthetic_lexicon import NAMES, RELATIONS  # noqa: E402
-from pipelines.memory.bm25 import BM25, BM25Config, bm25_tokens, english_stopwords  # noqa: E402
+from pipelines.lexical import bm25_tokens, english_stopwords  # noqa: E402
+from pipelines.memory.bm25 import BM25, BM25Config  # noqa: E402
 from pipelines.memory.dense import Dense, DenseConfig  # noqa: E402
 from pipelines.memory.fusion import FusionTime, FusionTimeConfig  # noqa: E402
 from pipelines.memory.hybrid import Hybrid, HybridConfig  # noqa: E402
@@ -182,7 +183,7 @@ def embed_table(texts: list[str], queries: list[tuple[str, int]], vectors: str, 
     questions = [q for q, _ in queries]
     rng = np.random.default_rng(seed)
     if vectors == "minilm":
-        from pipelines.memory.embeddings import Embedder, load_encoder
+        from pipelines.models.embeddings import Embedder, load_encoder
 
         return dict(zip(distinct + questions, Embedder(load_encoder(), cache=None).embed(distinct + questions)))
     if vectors == "hashing":

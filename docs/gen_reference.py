@@ -283,6 +283,7 @@ def _hint(hint: Any) -> str:
 
 
 def config_page() -> str:
+    import pipelines.stages  # noqa: F401  (the stage packages declare the config sections)
     from pipelines.config_schema import declared
 
     out = ["# Configuration keys\n",

@@ -36,7 +36,10 @@ from pipelines.errors import EXIT_CODES, ConfigError, MnemosError, describe, exi
 
 
 def _overrides(args) -> dict:
-    """``--set`` and ``--profile`` as one overrides dict; an unknown ``--set`` key is a ConfigError naming it."""
+    """``--set`` and ``--profile`` as one overrides dict; an unknown ``--set`` key is a ConfigError naming it.
+    Every command that resolves a config reads its overrides here, after the stage packages have declared the
+    config sections (importing them loads torch: ``--help`` does not)."""
+    import pipelines.stages  # noqa: F401
     from pipelines.config import parse_overrides
 
     merged = parse_overrides(getattr(args, "set", None) or [], "--set")
@@ -184,12 +187,48 @@ def cmd_merge(args) -> int:
     return cmd_benchmark(args)
 
 
+def _print_broken(group: str) -> None:
+    from pipelines.plugins import broken
+
+    left_out = broken(group)
+    if left_out:
+        print("\nleft out (installed plugins that cannot be used):")
+        for name, plugin in sorted(left_out.items()):
+            print(f"  {name:20s} {plugin.package}: {plugin.error}")
+
+
 def cmd_suites(args) -> int:
-    from pipelines.evaluate.suite import list_suites, load_suite
+    from pipelines.evaluate.suite import SUITE_PLUGINS, list_suites, load_suite, suite_origin
 
     for name in list_suites():
         suite = load_suite(name)
-        print(f"{name:20s} v{suite.version}  source={suite.source:12s} {suite.description}")
+        print(f"{name:20s} v{suite.version}  source={suite.source:12s} [{suite_origin(name)}] {suite.description}")
+    _print_broken(SUITE_PLUGINS)
+    return 0
+
+
+def cmd_strategies(args) -> int:
+    from pipelines.memory import STRATEGIES
+    from pipelines.memory.base import PLUGIN_GROUP
+    from pipelines.plugins import origin
+
+    for name, cls in sorted(STRATEGIES.items()):
+        doc = (cls.__doc__ or "").strip().splitlines()
+        what = cls.ingredient or (doc[0] if doc else "")
+        print(f"{name:20s} {'/'.join(cls.granularities):22s} [{origin(PLUGIN_GROUP, name)}] {what}")
+    _print_broken(PLUGIN_GROUP)
+    return 0
+
+
+def cmd_sources(args) -> int:
+    from pipelines.data.loaders import LOADERS
+    from pipelines.data.loaders.registry import PLUGIN_GROUP
+    from pipelines.plugins import origin
+
+    for name, fn in sorted(LOADERS.items()):
+        doc = (fn.__doc__ or sys.modules[fn.__module__].__doc__ or "").strip().splitlines()
+        print(f"{name:20s} [{origin(PLUGIN_GROUP, name)}] {doc[0] if doc else ''}")
+    _print_broken(PLUGIN_GROUP)
     return 0
 
 
@@ -266,7 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     _benchmark_arguments(merge)
     merge.set_defaults(func=cmd_merge, shard=None)
 
-    sub.add_parser("suites", help="list the shipped benchmark suites").set_defaults(func=cmd_suites)
+    sub.add_parser("suites", help="list the benchmark suites (shipped, and installed packages')").set_defaults(
+        func=cmd_suites)
+    sub.add_parser("strategies", help="list the memory strategies (built-in, and installed packages')").set_defaults(
+        func=cmd_strategies)
+    sub.add_parser("sources", help="list the dataset loaders (built-in, and installed packages')").set_defaults(
+        func=cmd_sources)
     return parser
 
 

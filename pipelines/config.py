@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from pipelines.config_schema import check_keys, check_values
 from pipelines.errors import ConfigError
 
 CODE_ROOT = Path(__file__).resolve().parent.parent
@@ -156,8 +157,6 @@ def parse_overrides(texts, origin: str) -> dict:
     ``origin`` says where they were given (``--set``, the Dagster run config); an unknown key is a ConfigError
     naming it, the override and the closest known key.
     """
-    from pipelines.config_schema import check_keys
-
     merged: dict = {}
     for text in texts or ():
         one = parse_override(text)
@@ -213,8 +212,6 @@ def resolve(overrides: dict | None = None, params_file: Path | None = None) -> d
     Every key of each layer must be declared and every value must be accepted by the config dataclass
     that reads it (pipelines.config_schema): a ConfigError otherwise, raised before any stage runs.
     """
-    from pipelines.config_schema import check_keys, check_values
-
     path = Path(params_file or PARAMS_FILE)
     params = load_params(path)
     overrides = overrides or {}

@@ -1,6 +1,7 @@
 """The declared keys of the resolved configuration, and the check of a whole config before a run.
 
-Every key a stage reads is declared once, where the code declares it:
+Every key a stage reads is declared once, in the registry, by the package whose stages read it
+(pipelines.registry.config_section; this module imports nothing of the methods):
 - a section the code builds into a config dataclass has that dataclass's fields as its keys, typed by their
   annotations: ``synthetic`` -> SyntheticConfig, ``mdr`` -> MDRConfig, ``mdr.teacher`` -> TrainConfig,
   ``emma.dialogue`` -> EMMADialogueConfig, ``glong.extractor`` -> ExtractorTrainConfig, ``llm.reader`` and
@@ -9,8 +10,9 @@ Every key a stage reads is declared once, where the code declares it:
   (pipelines.data.loaders.LOADERS) and ``benchmark.strategy_settings.<strategy>`` (pipelines.memory.STRATEGIES,
   whose keys are the fields of that strategy's config class);
 - the few keys a stage reads without a dataclass of its own (``mdr.tokenizer``, ``emma.eval_examples``,
-  ``ingest.max_dropped_turn_share``, ...) are declared by the small settings dataclasses below, a comment on
-  every field naming its reader.
+  ``ingest.max_dropped_turn_share``, ...) are declared by small settings dataclasses beside their readers
+  (``IngestSettings`` in pipelines/data/ingest.py, ``MDRStageSettings`` in pipelines/mdr/config.py, ...), a comment
+  on every field.
 
 :func:`check_keys` refuses an unknown key of one layer (params.yaml, ``--set``, the Dagster run config) with a
 :class:`ConfigError` naming the full dotted key, where it came from and the closest known key;
@@ -28,27 +30,28 @@ import math
 import re
 import types
 import typing
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pipelines.errors import ConfigError
+from pipelines.registry import Section, config_sections
 
 
-def _positive_int(key: str, value: Any) -> None:
+def positive_int(key: str, value: Any) -> None:
+    """A ConfigError unless ``value`` is a positive integer (``key`` names it)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{key} must be a positive integer, got {value!r}.")
 
 
-def _names(key: str, value: Any) -> None:
+def dataset_names(key: str, value: Any) -> None:
     """As pipelines.data.stage.training_sources reads ``<method>.sources`` (empty or null: synthetic)."""
     names = [value] if isinstance(value, str) else value
     if value and not all(isinstance(s, str) and s.strip() for s in names):
         raise ConfigError(f"{key} must be a list of dataset names (synthetic or a configured source), got {value!r}.")
 
 
-# --- the keys stages read without a config dataclass of their own ------------------------------------------------
+# --- the top-level keys ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Globals:
@@ -59,255 +62,33 @@ class Globals:
     device: str = "cpu"      # torch device of the profile: "cpu", or "auto" (CUDA when there is one)
 
 
-@dataclass(frozen=True)
-class IngestSettings:
-    """params.yaml ``ingest``: the loss policy of every load of a published dataset (CLI ingest, ingest_<source>,
-    benchmark --path)."""
-
-    # a load that drops more than this share of its turns fails (pipelines.validate.rules.MAX_DROPPED_TURN_SHARE)
-    max_dropped_turn_share: float = 0.05
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.max_dropped_turn_share <= 1.0:
-            raise ConfigError(f"ingest.max_dropped_turn_share must lie in [0, 1] (a share of the turns), "
-                              f"got {self.max_dropped_turn_share!r}.")
-
-
-@dataclass(frozen=True)
-class BenchmarkSettings:
-    """params.yaml ``benchmark`` (pipelines/evaluate/stage.py; the CLI ``benchmark`` reads the last one).
-    ``strategy_settings.<strategy>`` is declared by each strategy's config class."""
-
-    suites: list[str] = field(default_factory=list)  # suites run (pipelines/evaluate/suites); empty: [synthetic]
-    # texts per forward pass of the dense, hybrid and fused strategies' encoder; None: by device (32 on the CPU, the
-    # best measured on 2 cores by benchmarks/embedding_backends.py; 256 on a GPU)
-    embedding_batch_size: int | None = None
-    # the suites' episodes split into this many shards (benchmark_shard's partitions: Dagster partitions, a dvc.yaml
-    # foreach; regenerate dvc.yaml with `make dvc-yaml` after a change), merged by the benchmark stage
-    shards: int = 1
-
-    def __post_init__(self) -> None:
-        from pipelines.evaluate.suite import load_suite
-
-        for name in self.suites or ():
-            load_suite(name)  # ConfigError naming the shipped suites
-        if self.embedding_batch_size is not None:
-            _positive_int("benchmark.embedding_batch_size", self.embedding_batch_size)
-        _positive_int("benchmark.shards", self.shards)
-
-
-@dataclass(frozen=True)
-class MDRStageSettings:
-    """params.yaml ``mdr`` keys the MDR stages read beside MDRConfig's (pipelines/mdr/stage.py)."""
-
-    sources: list[str] | str | None = None  # datasets to learn from (pipelines.data.stage.training_sources)
-    tokenizer: str = "train"                # "train": a byte-level BPE trained on the examples; else a name / path
-    vocab_size: int = 2000                  # vocabulary of that trained BPE
-
-    def __post_init__(self) -> None:
-        _names("mdr.sources", self.sources)
-        _positive_int("mdr.vocab_size", self.vocab_size)
-
-
-@dataclass(frozen=True)
-class GenerationSettings:
-    """params.yaml ``mdr.generation``: MDR's responses in the benchmark (pipelines/evaluate/stage.py, CLI)."""
-
-    max_new_tokens: int = 32   # greedy decoding stops after this many tokens
-
-    def __post_init__(self) -> None:
-        _positive_int("mdr.generation.max_new_tokens", self.max_new_tokens)
-
-
-@dataclass(frozen=True)
-class GLongStageSettings:
-    """params.yaml ``glong`` keys the G-Long stages read beside their sections (pipelines/glong/stage.py)."""
-
-    # the extractor's datasets (pipelines.data.stage.training_sources): synthetic keeps its split by episode;
-    # any other (personaext) is split by utterance (pipelines.glong.extractor.utterance_split)
-    sources: list[str] | str | None = None
-    valid_share: float = 0.05  # of a dataset split by utterance: the share held back for validation
-    test_share: float = 0.10   # ... and the share held back for scoring (never trained on)
-    max_train_examples: int | None = None  # at most this many training utterances, a seeded sample (null: all)
-    max_valid_examples: int | None = None  # at most this many validation utterances (null: all)
-    eval_examples: int = 64    # held-back utterances the trained extractor is scored on, per dataset (half with
-                               # facts where there are fact-free ones), fine-tuned and zero-shot
-
-    def __post_init__(self) -> None:
-        _names("glong.sources", self.sources)
-        _positive_int("glong.eval_examples", self.eval_examples)
-        for key in ("max_train_examples", "max_valid_examples"):
-            if getattr(self, key) is not None:
-                _positive_int(f"glong.{key}", getattr(self, key))
-        for key in ("valid_share", "test_share"):
-            if not 0.0 < getattr(self, key) < 1.0:
-                raise ConfigError(f"glong.{key} must lie strictly between 0 and 1 (a share of the utterances), "
-                                  f"got {getattr(self, key)!r}.")
-        if self.valid_share + self.test_share >= 1.0:
-            raise ConfigError(f"glong.valid_share + glong.test_share is {self.valid_share + self.test_share:g}: "
-                              "nothing would be left to train on; keep their sum below 1.")
-
-
-@dataclass(frozen=True)
-class RerankStageSettings:
-    """params.yaml ``rerank`` keys the reranker stage reads beside its sections (pipelines/rerank/stage.py)."""
-
-    sources: list[str] | str | None = None  # datasets to learn from (pipelines.data.stage.training_sources)
-
-    def __post_init__(self) -> None:
-        _names("rerank.sources", self.sources)
-
-
-@dataclass(frozen=True)
-class EMMAStageSettings:
-    """params.yaml ``emma`` keys the EMMA stages and the benchmark read beside their sections."""
-
-    sources: list[str] | str | None = None  # datasets to learn from (pipelines.data.stage.training_sources)
-    eval_examples: int = 64                 # generation test turns the benchmark answers (pipelines/evaluate/stage.py)
-
-    def __post_init__(self) -> None:
-        _names("emma.sources", self.sources)
-        _positive_int("emma.eval_examples", self.eval_examples)
-
-
-@dataclass(frozen=True)
-class LLMSettings:
-    """params.yaml ``llm`` top keys: how the benchmark's suites are answered (pipelines/evaluate/answers/run.py)
-    and traced (pipelines/tracking.py). ``llm.reader`` and ``llm.judge`` are LLMConfig sections (pipelines/llm)."""
-
-    max_questions: int | None = None        # questions each reader answers per suite, evenly spaced (null: all)
-    full_history_tokens: int | None = None  # cap of the full-history reader's context (null: the model's window)
-    trace_sample: float = 1.0               # share of the answers logged as MLflow traces (0: none, 1: all)
-
-    def __post_init__(self) -> None:
-        for key in ("max_questions", "full_history_tokens"):
-            if getattr(self, key) is not None:
-                _positive_int(f"llm.{key}", getattr(self, key))
-        if not 0.0 <= self.trace_sample <= 1.0:
-            raise ConfigError(f"llm.trace_sample must lie in [0, 1] (a share of the answers), "
-                              f"got {self.trace_sample!r}.")
-
-
 # --- the declaration: sections of typed keys ---------------------------------------------------------------------
 
-Base = Callable[[dict, Path], dict]  # (resolved config, project root) -> values the stage puts under a section's own
-
-
-@dataclass(frozen=True)
-class Section:
-    """The declared keys of one mapping of the config.
-
-    ``configs`` are the dataclasses built from it (their fields, less ``internal``, are its typed keys), ``leaves``
-    further typed keys, ``sections`` the keys holding a nested mapping; ``base`` gives the values a stage adds
-    under the section's own before it builds the dataclasses (e.g. the top-level seed). A ``nullable`` section
-    may also be null (e.g. ``llm.judge: null``: the reader's model judges).
-    """
-
-    configs: tuple[type, ...] = ()
-    leaves: dict[str, Any] = field(default_factory=dict)
-    sections: dict[str, "Section"] = field(default_factory=dict)
-    internal: tuple[str, ...] = ()
-    base: Base | None = None
-    nullable: bool = False
-    _hints: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def hints(self) -> dict[str, Any]:
-        """Typed keys -> their type hints."""
-        if not self._hints:
-            for cls in self.configs:
-                try:
-                    hints = typing.get_type_hints(cls)
-                except NameError:  # an annotation naming a type-checking-only import: the key is known, untyped
-                    hints = {}
-                self._hints.update({f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)
-                                    if f.name not in self.internal})
-            self._hints.update(self.leaves)
-        return self._hints
-
-    def known(self) -> list[str]:
-        return sorted({*self.hints(), *self.sections})
-
-
-def _seed(config: dict, root: Path) -> dict:
+def seed_base(config: dict, root: Path) -> dict:
+    """The base of a section whose dataclass takes the top-level ``seed`` (e.g. ``synthetic``)."""
     return {"seed": config.get("seed", 2022)}
 
 
-def _train(config: dict, root: Path) -> dict:
-    """What pipelines.training.stage.train_stage puts under a training section's knobs."""
-    return {"output_dir": str(root / "models" / ".runs"), "seed": config.get("seed", 2022), "model_name": "mnemos"}
+_ROOT: Section | None = None
 
 
-def _emma_train(part: str) -> Base:
-    """emma.<part>_train goes over the TrainConfig that emma.<part> derives (pipelines/emma/stage.py)."""
-    def base(config: dict, root: Path) -> dict:
-        from pipelines.emma.dialogue import EMMADialogueConfig
-        from pipelines.emma.retriever import RetrieverConfig
-
-        cls = EMMADialogueConfig if part == "dialogue" else RetrieverConfig
-        return cls(**config["emma"].get(part, {})).train_config(root / "models" / ".runs").to_dict()
-    return base
-
-
-def _rerank_train(config: dict, root: Path) -> dict:
-    """rerank.train goes over the TrainConfig that rerank.model derives (pipelines/rerank/stage.py)."""
-    from pipelines.rerank.cross_encoder import CrossEncoderConfig
-
-    return CrossEncoderConfig(**config.get("rerank", {}).get("model", {})).train_config(
-        root / "models" / ".runs").to_dict()
-
-
-def _strategy(name: str) -> Base:
-    """A strategy's settings go over the project's defaults for it (pipelines.evaluate.suite.strategy_defaults)."""
-    def base(config: dict, root: Path) -> dict:
-        from pipelines.evaluate.suite import strategy_defaults
-
-        batch = config.get("benchmark", {}).get("embedding_batch_size", 64)
-        return strategy_defaults([name], root, embedding_batch_size=batch).get(name, {})
-    return base
-
-
-@lru_cache(maxsize=1)
 def declared() -> Section:
-    """The declaration of the whole resolved config (built once: it imports the config classes)."""
-    from pipelines.data.loaders import LOADERS
-    from pipelines.data.synthetic import SyntheticConfig
-    from pipelines.emma.dialogue import EMMADialogueConfig
-    from pipelines.emma.formats import FormatConfig
-    from pipelines.emma.retriever import RetrieverConfig, RetrieverFolds
-    from pipelines.rerank.cross_encoder import CrossEncoderConfig
-    from pipelines.training.folds import Folds
-    from pipelines.glong.config import ExtractorTrainConfig, SummariserTrainConfig
-    from pipelines.llm.config import LLMConfig
-    from pipelines.mdr.config import MDRConfig
-    from pipelines.memory import STRATEGIES
-    from pipelines.training.config import TrainConfig
+    """The declaration of the whole resolved config: :class:`Globals` at the top, every section declared in the
+    registry by the stage packages (pipelines.registry.config_section) under it."""
+    global _ROOT
+    if _ROOT is None:
+        _ROOT = Section((Globals,), sections=config_sections())
+    return _ROOT
 
-    def train(base: Base = _train) -> Section:
-        return Section((TrainConfig,), internal=("output_dir",), base=base)
 
-    strategies = {name: Section((cls.config_class,), base=_strategy(name)) for name, cls in STRATEGIES.items()}
-    return Section((Globals,), sections={
-        "synthetic": Section((SyntheticConfig,), base=_seed),
-        "sources": Section(leaves={name: str | None for name in LOADERS}),
-        "ingest": Section((IngestSettings,)),
-        "benchmark": Section((BenchmarkSettings,), sections={"strategy_settings": Section(sections=strategies)}),
-        "mdr": Section((MDRConfig, MDRStageSettings), sections={
-            "teacher": train(), "student": train(), "decoder": train(),
-            "generation": Section((GenerationSettings,))}),
-        "glong": Section((GLongStageSettings,), sections={
-            "extractor": Section((ExtractorTrainConfig,)), "extractor_train": train(),
-            "summariser": Section((SummariserTrainConfig,)), "summariser_train": train()}),
-        "llm": Section((LLMSettings,), sections={
-            "reader": Section((LLMConfig,)), "judge": Section((LLMConfig,), nullable=True)}),
-        "emma": Section((EMMAStageSettings,), sections={
-            "formats": Section((FormatConfig,)),
-            "dialogue": Section((EMMADialogueConfig,)), "dialogue_train": train(_emma_train("dialogue")),
-            "retriever": Section((RetrieverConfig,)), "retriever_train": train(_emma_train("retriever")),
-            "retriever_folds": Section((RetrieverFolds,), internal=("where",))}),
-        "rerank": Section((RerankStageSettings,), sections={
-            "model": Section((CrossEncoderConfig,)), "train": train(_rerank_train),
-            "folds": Section((Folds,), internal=("where",))}),
-    })
+def build_config(cls, section: dict | None):
+    """The config dataclass ``cls`` built from a params section; a key it does not have is a ConfigError naming it
+    (resolve has refused undeclared keys already; this guards a section read outside a resolved config)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(section or {}) - names)
+    if unknown:
+        raise ConfigError(f"{cls.__name__} has no setting {unknown}; known: {sorted(names)}")
+    return cls(**(section or {}))
 
 
 # --- unknown keys ------------------------------------------------------------------------------------------------

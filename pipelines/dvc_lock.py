@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pipelines import config as cfg
 from pipelines.registry import Stage
-from pipelines.runner import is_rank_zero
+from pipelines.ranks import is_rank_zero
 
 log = logging.getLogger("mnemos")
 OVERRIDDEN = "this run's config differs from params.yaml (run-time overrides or MNEMOS_PROFILE)"

@@ -7,13 +7,17 @@ from ``ctx.config`` (the resolved section(s) of params.yaml named in ``params``)
 returns a :class:`StageResult`. Upstream stages are derived from paths: a stage
 depends on whichever stage declares one of its inputs as an output.
 
-Stages register themselves with the :func:`stage` decorator in their own package;
-``pipelines.stages`` imports those packages and exposes the finished registry.
+Stages register themselves with the :func:`stage` decorator in their own package, and so do the config
+sections they read (:func:`config_section`: a params.yaml section, the config dataclasses built from it and its
+nested sections); ``pipelines.stages`` imports those packages, marks the registry complete and exposes it. The
+config resolver (``pipelines.config``, ``pipelines.config_schema``) checks every key and value against the sections
+declared here, so it imports nothing of the methods.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -139,3 +143,70 @@ _ROOT = Path(__file__).resolve().parent.parent  # the code's checkout (for DVC c
 
 def registered() -> dict[str, Stage]:
     return dict(_REGISTRY)
+
+
+# --- config sections ---------------------------------------------------------------------------------------------
+
+Base = Callable[[dict, Path], dict]  # (resolved config, project root) -> values the stage puts under a section's own
+
+
+@dataclass(frozen=True)
+class Section:
+    """The declared keys of one mapping of the config.
+
+    ``configs`` are the dataclasses built from it (their fields, less ``internal``, are its typed keys), ``leaves``
+    further typed keys, ``sections`` the keys holding a nested mapping; ``base`` gives the values a stage adds
+    under the section's own before it builds the dataclasses (e.g. the top-level seed). A ``nullable`` section
+    may also be null (e.g. ``llm.judge: null``: the reader's model judges).
+    """
+
+    configs: tuple[type, ...] = ()
+    leaves: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, "Section"] = field(default_factory=dict)
+    internal: tuple[str, ...] = ()
+    base: Base | None = None
+    nullable: bool = False
+    _hints: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def hints(self) -> dict[str, Any]:
+        """Typed keys -> their type hints."""
+        if not self._hints:
+            for cls in self.configs:
+                try:
+                    hints = typing.get_type_hints(cls)
+                except NameError:  # an annotation naming a type-checking-only import: the key is known, untyped
+                    hints = {}
+                self._hints.update({f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)
+                                    if f.name not in self.internal})
+            self._hints.update(self.leaves)
+        return self._hints
+
+    def known(self) -> list[str]:
+        return sorted({*self.hints(), *self.sections})
+
+
+_SECTIONS: dict[str, Section] = {}
+_COMPLETE = False
+
+
+def config_section(name: str, section: Section) -> Section:
+    """Declare the top-level params.yaml section ``name`` (the package whose stages read it declares it once)."""
+    if name in _SECTIONS and _SECTIONS[name].configs != section.configs:
+        raise ValueError(f"config section {name!r} declared twice")
+    _SECTIONS[name] = section
+    return section
+
+
+def mark_complete() -> None:
+    """Called by ``pipelines.stages`` once every stage package is imported: the declarations are whole."""
+    global _COMPLETE
+    _COMPLETE = True
+
+
+def config_sections() -> dict[str, Section]:
+    """The declared top-level sections; a RuntimeError before ``pipelines.stages`` has filled the registry (a
+    resolver checking against half the declarations would call the other half's keys unknown)."""
+    if not _COMPLETE:
+        raise RuntimeError("the config sections are declared by the stage packages: import pipelines.stages (the "
+                           "CLI, the runner and the Dagster definitions do) before resolving a config")
+    return dict(_SECTIONS)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any, Literal
 from pipelines import config as cfg
 from pipelines.errors import ValidationFailed
 from pipelines.locks import StageLocks, stage_lock, timeout_from_env
+from pipelines.ranks import is_rank_zero
 from pipelines.registry import Stage, StageResult
 from pipelines.staging import Staging
 
@@ -68,10 +68,6 @@ class StageContext:
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         if self.tracker is not None:
             self.tracker.log_metrics(metrics, step=step)
-
-
-def is_rank_zero() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def failed_blocking(result: StageResult):

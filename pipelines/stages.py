@@ -20,8 +20,9 @@ from pipelines.emma import stage as _emma_stages  # noqa: F401
 from pipelines.glong import stage as _glong_stages  # noqa: F401
 from pipelines.rerank import stage as _rerank_stages  # noqa: F401
 from pipelines.evaluate import stage as _evaluate_stages  # noqa: F401
-from pipelines.registry import Stage, registered
+from pipelines.registry import Stage, mark_complete, registered
 
+mark_complete()  # every stage package has declared its stages and config sections
 STAGES: dict[str, Stage] = registered()
 
 

@@ -18,8 +18,11 @@ def tmp_project(root: Path) -> Path:
     return root
 
 
-def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false",
+def run_cli(args: list[str], root: Path, timeout: float = 300, extra_path: list[Path] = ()) -> subprocess.CompletedProcess:
+    """``python -m pipelines ARGS`` in project ``root``; ``extra_path``: folders put on the PYTHONPATH after the
+    repository (e.g. one holding an installed plugin package)."""
+    path = os.pathsep.join([str(REPO), *(str(p) for p in extra_path)])
+    env = dict(os.environ, MNEMOS_ROOT=str(root), PYTHONPATH=path, TOKENIZERS_PARALLELISM="false",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)

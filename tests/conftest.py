@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+import pipelines.stages  # noqa: F401  (the stage packages declare the config sections the resolver checks)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

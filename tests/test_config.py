@@ -186,7 +186,7 @@ def test_suites_are_checked_in_params_yaml_and_refused_as_a_run_time_override(tm
 
 
 def test_ingest_default_is_the_loss_rule_default():
-    from pipelines.config_schema import IngestSettings
+    from pipelines.data.ingest import IngestSettings
     from pipelines.validate.rules import MAX_DROPPED_TURN_SHARE
 
     assert IngestSettings().max_dropped_turn_share == MAX_DROPPED_TURN_SHARE

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,8 @@ def test_the_reference_names_every_stage_strategy_suite_and_config_key(site):
 
 
 def test_field_comments_are_read_from_the_source():
-    from pipelines.config_schema import GLongStageSettings, IngestSettings
+    from pipelines.data.ingest import IngestSettings
+    from pipelines.glong.config import GLongStageSettings
     from pipelines.memory.fusion import FusionTimeConfig
 
     rows = {r["name"]: r for r in gen_reference.config_fields(GLongStageSettings)}
@@ -146,3 +148,19 @@ def test_readme_is_short_and_links_into_the_docs():
         assert (ROOT / link).is_file(), f"README links to {link}, which does not exist"
     for picture in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme):
         assert (ROOT / picture).is_file(), picture
+
+
+def test_the_tutorial_strategy_passes_the_conformance_kit():
+    """docs/tutorials/your-own-strategy.md: its strategy, as printed, registers and passes the kit as it says (in a
+    subprocess: registering ``overlap`` here would add a strategy to every other test's registry)."""
+    text = (ROOT / "docs" / "tutorials" / "your-own-strategy.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    script = code + textwrap.dedent('''
+        from pipelines.memory import build_strategy
+        from pipelines.memory.conformance import check_strategy
+        check_strategy(lambda: build_strategy("overlap", min_length=4))
+        print("conforms")
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and done.stdout.strip().endswith("conforms"), done.stderr[-3000:]

@@ -27,7 +27,7 @@ the file, the record and the rule), so an error leaves neither a half-written fi
 old and new files (``write_canonical`` does the same from a LoadResult, ``write_streamed`` from
 a StreamedIngestion).
 
-    python -m pipelines.data.ingest --source locomo --path locomo10.json --out data/canonical/locomo
+    python -m pipelines ingest --source locomo --path locomo10.json --out data/canonical/locomo
 
 prints, as the last line of stdout, one JSON object with the counts (episodes, sessions, turns,
 memories, queries, triplets), the ``dropped`` and ``flagged`` maps of reason to count, their
@@ -36,7 +36,6 @@ first ``examples`` per reason, the validation ``warnings`` (rule -> failing coun
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -47,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from pipelines.data.loaders import LOADERS, LoadResult, Streamer, get_loader, get_streamer
+from pipelines.data.loaders import LoadResult, Streamer, get_loader, get_streamer
 from pipelines.data.loaders.base import TOTALS, tally
 from pipelines.data.schema import SPLITS, Episode, episode_line, header_line
 from pipelines.errors import ConfigError, DataError
@@ -65,11 +64,23 @@ def load_source(source: str, path: str | os.PathLike) -> LoadResult:
     return get_loader(source)(Path(path))
 
 
+@dataclass(frozen=True)
+class IngestSettings:
+    """params.yaml ``ingest``: the loss policy of every load of a published dataset (CLI ingest, ingest_<source>,
+    benchmark --path)."""
+
+    # a load that drops more than this share of its turns fails (pipelines.validate.rules.MAX_DROPPED_TURN_SHARE)
+    max_dropped_turn_share: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_dropped_turn_share <= 1.0:
+            raise ConfigError(f"ingest.max_dropped_turn_share must lie in [0, 1] (a share of the turns), "
+                              f"got {self.max_dropped_turn_share!r}.")
+
+
 def max_dropped_turn_share(config: Mapping[str, Any] | None) -> float:
     """params.yaml ``ingest.max_dropped_turn_share`` of a resolved config, read through its declaration
-    (``pipelines.config_schema.IngestSettings``: the default when unset, a value outside [0, 1] refused)."""
-    from pipelines.config_schema import IngestSettings
-
+    (:class:`IngestSettings`: the default when unset, a value outside [0, 1] refused)."""
     return IngestSettings(**((config or {}).get("ingest") or {})).max_dropped_turn_share
 
 
@@ -350,24 +361,3 @@ def ingest(source: str, path: str | os.PathLike, out_dir: str | os.PathLike, *,
         counts = {**checked.counts(), "warnings": checked.warnings()}
         writer.commit(counts)
     return counts
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipelines.data.ingest",
-                                 description="Read a published dataset, validate it and write canonical episodes.")
-    ap.add_argument("--source", required=True, help=f"one of: {', '.join(sorted(LOADERS))}")
-    ap.add_argument("--path", required=True, help="the published file or folder")
-    ap.add_argument("--out", required=True, help="output folder (<split>.jsonl, counts.json)")
-    args = ap.parse_args(argv)
-    try:
-        from pipelines.config import resolve
-
-        counts = ingest(args.source, args.path, args.out, config=resolve(), report=True)
-    except (DataError, ConfigError) as exc:
-        ap.exit(2, f"error: {exc}\n")
-    print(json.dumps(counts, sort_keys=True))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,9 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines.config import load_params
-from pipelines.registry import CheckSpec, StageResult, stage
+from pipelines.config_schema import seed_base
+from pipelines.data.ingest import IngestSettings
+from pipelines.data.loaders import LOADERS
+from pipelines.data.synthetic import SyntheticConfig
+from pipelines.registry import CheckSpec, Section, StageResult, config_section, stage
 
 RAW_SYNTHETIC = "data/raw/synthetic"
+
+config_section("synthetic", Section((SyntheticConfig,), base=seed_base))
+config_section("sources", Section(leaves={name: str | None for name in LOADERS}))  # sources.<loader>: a path
+config_section("ingest", Section((IngestSettings,)))
 
 
 def canonical_dir(source: str) -> str:

@@ -225,7 +225,7 @@ _TAG = re.compile(r"\[[^\[\]]+\]")
 @dataclass(frozen=True)
 class SourceLayout:
     """Where a generation / summarisation source (Appendix E.1's formats) keeps what a cut to the model's max
-    input length must not lose, in character offsets (used by pipelines.emma.dialogue.encode_all).
+    input length must not lose, in character offsets (used by pipelines.emma.dialogue_encoding.encode_all).
 
     ``head_end``: the end of the head, i.e. the task prefix, the speakers, the memory block and the
     ``[NOW] <ordinal> session`` marker (just the prefix when there is no marker). ``turn_starts``: the space

@@ -50,9 +50,9 @@ Turns are longer than MiSC's memory sentences (LoCoMo's: 20-60 tokens; LongMemEv
 hundreds): ``memory_max_length`` (32, E.2's value for memory sentences) cuts them, so training on
 questions wants ``memory_max_length`` 64 to 128 (params.yaml ``emma.retriever.memory_max_length``).
 
-Folds (``RetrieverFolds``, params.yaml ``emma.retriever_folds``): a dataset published as one test split
+Folds (:class:`pipelines.data.folds.Folds`, params.yaml ``emma.retriever_folds``): a dataset published as one test split
 (LoCoMo's 10 conversations) is cut into k folds by episode, so that each of its conversations is scored by a
-model that never saw it (:func:`assign_folds`; the emma_retriever stage trains one model per fold).
+model that never saw it (:func:`pipelines.data.folds.assign_folds`; the emma_retriever stage trains one model per fold).
 
 Pooling is a choice the paper leaves open: the authors' code takes the [CLS] vector ("cls", used with
 BERT-base: the paper profile's setting); all-MiniLM-L6-v2 was trained with mean pooling ("mean", the
@@ -78,8 +78,6 @@ from pipelines.emma.formats import EpisodeView, FormatConfig
 from pipelines.errors import ConfigError
 from pipelines.models.minilm import minilm_path
 from pipelines.training.config import Tokens
-from pipelines.training.folds import (TRAINED_ON, Folds, assign_folds, read_trained_on,  # noqa: F401 (re-exported)
-                                     validation_ids, write_trained_on)
 
 CONFIG_FILE = "retriever.json"
 PAIRS = ("memory_tags", "questions", "session_questions")  # the kinds of training examples (RetrieverConfig.pairs)
@@ -430,12 +428,6 @@ def examples_of(kind: str, episodes: Sequence[Episode], fmt: FormatConfig | None
     if kind in ("questions", "session_questions"):
         return question_examples(episodes, sessions=kind == "session_questions")
     raise ConfigError(f"unknown retriever example kind {kind!r}; known: {list(PAIRS)}.")
-
-
-# --- folds: every conversation of a one-split dataset scored by a model that never saw it -----------------------
-# (pipelines.training.folds, shared with the reranker stage; ``emma.retriever_folds`` is a Folds)
-
-RetrieverFolds = Folds
 
 
 @torch.no_grad()

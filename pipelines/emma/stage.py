@@ -12,10 +12,17 @@ encoder on the test split. The egocentric memory strategy in the benchmark uses 
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import dataclass
+from pathlib import Path
 
+from pipelines.config_schema import build_config, dataset_names, positive_int
+from pipelines.data.folds import Folds
 from pipelines.data.stage import training_episodes, training_inputs, training_split
-from pipelines.registry import StageResult, stage
+from pipelines.emma.dialogue_config import EMMADialogueConfig
+from pipelines.emma.formats import FormatConfig
+from pipelines.emma.retriever import RetrieverConfig
+from pipelines.registry import Section, StageResult, config_section, stage
+from pipelines.training.config import train_section
 
 EXAMPLES = "data/tasks/emma"
 DIALOGUE, RETRIEVER = "models/emma_dialogue", "models/emma_retriever"
@@ -28,15 +35,31 @@ def _episodes(ctx, split: str) -> list:
     return training_episodes(ctx, "emma", split)
 
 
-def _make(cls, section: dict | None):
-    """A config dataclass from a params section; unknown keys are a clear error."""
-    from pipelines.errors import ConfigError
+@dataclass(frozen=True)
+class EMMAStageSettings:
+    """params.yaml ``emma`` keys the EMMA stages and the benchmark read beside their sections."""
 
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(section or {}) - names)
-    if unknown:
-        raise ConfigError(f"{cls.__name__} has no setting {unknown}; known: {sorted(names)}")
-    return cls(**(section or {}))
+    sources: list[str] | str | None = None  # datasets to learn from (pipelines.data.stage.training_sources)
+    eval_examples: int = 64                 # generation test turns the benchmark answers (pipelines/evaluate/stage.py)
+
+    def __post_init__(self) -> None:
+        dataset_names("emma.sources", self.sources)
+        positive_int("emma.eval_examples", self.eval_examples)
+
+
+def _train_base(part: str):
+    """emma.<part>_train goes over the TrainConfig that emma.<part> derives."""
+    def base(config: dict, root: Path) -> dict:
+        cls = EMMADialogueConfig if part == "dialogue" else RetrieverConfig
+        return cls(**config["emma"].get(part, {})).train_config(root / "models" / ".runs").to_dict()
+    return base
+
+
+config_section("emma", Section((EMMAStageSettings,), sections={
+    "formats": Section((FormatConfig,)),
+    "dialogue": Section((EMMADialogueConfig,)), "dialogue_train": train_section(_train_base("dialogue")),
+    "retriever": Section((RetrieverConfig,)), "retriever_train": train_section(_train_base("retriever")),
+    "retriever_folds": Section((Folds,), internal=("where",))}))
 
 
 @stage(name="emma_examples", group="emma", params=("emma",), inputs=training_inputs("emma"),
@@ -52,7 +75,7 @@ def emma_examples(ctx) -> StageResult:
         write_examples
 
     cfg = ctx.config["emma"]
-    fmt = _make(FormatConfig, cfg.get("formats"))
+    fmt = build_config(FormatConfig, cfg.get("formats"))
     budget = int(cfg.get("dialogue", {}).get("max_source_length", 1024))
     read = _splits(ctx)
     # episodes with observations (LoCoMo: one published test split) are divided by episode for EMMA
@@ -101,11 +124,11 @@ def emma_dialogue(ctx) -> StageResult:
     """EMMA dialogue module: one T5 (or decoder) trained on generation, memory summarisation and memory
     linking at once with QLoRA (4-bit NF4 + double quantisation, LoRA r=32 alpha=32 dropout 0.1), on at most
     ``max_train_examples`` examples; the examples kept per task are in the metadata."""
-    from pipelines.emma.dialogue import EMMADialogueConfig, EMMADialogueTask
+    from pipelines.emma.dialogue_training import EMMADialogueTask
     from pipelines.emma.formats import iter_examples
     from pipelines.training.stage import run_dir, train_stage
 
-    cfg = _make(EMMADialogueConfig, ctx.config["emma"].get("dialogue"))
+    cfg = build_config(EMMADialogueConfig, ctx.config["emma"].get("dialogue"))
     train = list(iter_examples(ctx.path(f"{EXAMPLES}/train.jsonl")))
     valid = list(iter_examples(ctx.path(f"{EXAMPLES}/valid.jsonl")))
     folder = run_dir(ctx)
@@ -127,11 +150,12 @@ def emma_retriever(ctx) -> StageResult:
     episodes it did not train on. With ``emma.retriever_folds``, one more model per fold (see
     :func:`_train_folds`). Every saved model lists the episodes it trained on (``trained_on.json``)."""
     from pipelines.emma.retriever import DualEncoder, RetrieverConfig, RetrieverTask
-    from pipelines.runner import is_rank_zero
-    from pipelines.training.folds import fold_plan, publish_folds, write_trained_on
+    from pipelines.ranks import is_rank_zero
+    from pipelines.data.folds import write_trained_on
+    from pipelines.training.folds import fold_plan, publish_folds
     from pipelines.training.stage import run_dir, train_stage
 
-    cfg = _make(RetrieverConfig, ctx.config["emma"].get("retriever"))
+    cfg = build_config(RetrieverConfig, ctx.config["emma"].get("retriever"))
     folds = _fold_config(ctx, cfg)
     folder = run_dir(ctx)
     if folds is None:
@@ -189,12 +213,11 @@ def _fold_config(ctx, cfg):
     """params.yaml ``emma.retriever_folds`` (None when absent), checked against emma.sources and the pairs."""
     from pipelines.data.stage import training_sources
     from pipelines.errors import ConfigError
-    from pipelines.training.folds import Folds
 
     section = ctx.config["emma"].get("retriever_folds")
     if not section:
         return None
-    folds = _make(Folds, section)
+    folds = build_config(Folds, section)
     sources = training_sources(ctx.config.get("emma"), "emma")
     outside = [s for s in folds.sources if s not in sources]
     if outside:

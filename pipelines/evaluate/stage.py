@@ -18,7 +18,11 @@ from pipelines.emma.stage import RETRIEVER_EVAL as EMMA_RETRIEVER_EVAL
 from pipelines.glong.stage import EVAL_FILE as GLONG_EVAL
 from pipelines.glong.stage import EXTRACTOR as GLONG_EXTRACTOR
 from pipelines.glong.stage import IMPORTANCE as GLONG_IMPORTANCE
-from pipelines.registry import StageResult, stage
+from pipelines.evaluate.settings import BenchmarkSettings
+from pipelines.evaluate.suite import strategy_defaults
+from pipelines.llm.config import LLMConfig, LLMSettings
+from pipelines.memory import STRATEGIES
+from pipelines.registry import Section, StageResult, config_section, stage
 from pipelines.rerank.stage import RERANKER
 
 REPORT = "reports/benchmark.md"
@@ -29,6 +33,20 @@ PLOTS = "reports/plots"
 SHARDS = "reports/shards"  # <key>/<suite>: benchmark_shard's complete shards, merged by the benchmark stage
 SHARD_PROGRESS = ".cache/benchmark"  # the shards' finished episodes as they end (undeclared: a killed shard resumes)
 LLM_CACHE = ".cache/llm"  # the reader's and judge's response cache (and the converted local model), undeclared
+
+
+def _strategy_base(name: str):
+    """A strategy's settings go over the project's defaults for it (pipelines.evaluate.suite.strategy_defaults)."""
+    def base(config: dict, root) -> dict:
+        batch = config.get("benchmark", {}).get("embedding_batch_size", 64)
+        return strategy_defaults([name], root, embedding_batch_size=batch).get(name, {})
+    return base
+
+
+config_section("benchmark", Section((BenchmarkSettings,), sections={"strategy_settings": Section(sections={
+    name: Section((cls.config_class,), base=_strategy_base(name)) for name, cls in STRATEGIES.items()})}))
+config_section("llm", Section((LLMSettings,), sections={
+    "reader": Section((LLMConfig,)), "judge": Section((LLMConfig,), nullable=True)}))
 TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER, "emma_dialogue": EMMA_DIALOGUE,
            "glong_importance": GLONG_IMPORTANCE, "glong_extractor": GLONG_EXTRACTOR, "reranker": RERANKER}
 
@@ -52,7 +70,6 @@ def _suite_inputs() -> tuple[str, ...]:
 def _recall_plot() -> dict:
     """DVC plot of the first suite's turn-level recall@k, one line per strategy scored at turn level."""
     from pipelines.evaluate.suite import load_suite
-    from pipelines.memory import STRATEGIES
 
     suite = load_suite(_suites()[0])
     turn_level = [s for s in suite.strategies if "turn" in STRATEGIES[s].granularities]
@@ -87,7 +104,6 @@ def _suite_data(ctx, suite):
 
 
 def _strategy_settings(ctx, suite) -> dict:
-    from pipelines.evaluate.suite import strategy_defaults
 
     cfg = ctx.config["benchmark"]
     settings = strategy_defaults(suite.strategies, ctx.root, embedding_batch_size=cfg.get("embedding_batch_size"))
@@ -207,7 +223,7 @@ def benchmark(ctx) -> StageResult:
                        answers=answer_runs)
     write_headline(runs, ctx.path(HEADLINE), answers=answer_runs)
     if ctx.tracker is not None:  # the finished report beside its plots in the MLflow run; the answers as traces
-        from pipelines.tracking import log_answer_traces
+        from pipelines.evaluate.answers.traces import log_answer_traces
 
         for path in out["plots"]:
             ctx.tracker.log_artifact(path, artifact_path=f"plots/{path.parent.name}")
@@ -372,8 +388,9 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
     from pipelines.data.stage import training_split
     from pipelines.emma.formats import iter_examples
     from pipelines.errors import ModelNotTrained
-    from pipelines.evaluate.generation import by_session, temporal_generation_inputs
-    from pipelines.evaluate.report import markdown_table
+    from pipelines.evaluate.generation import temporal_generation_inputs
+    from pipelines.text_metrics import by_session
+    from pipelines.evaluate.tables import markdown_table
     from pipelines.evaluate.suite import strategy_defaults
     from pipelines.memory import build_strategy, missing_models
     from pipelines.memory.egocentric import load_dialogue
@@ -519,8 +536,8 @@ def _emma_memory_writing(ctx, split: str, dialogue, config) -> tuple[list[str], 
     :data:`EMMA_WRITING_EXAMPLES` of each, evenly spaced."""
     from pipelines.data.stage import training_split
     from pipelines.emma.formats import iter_examples, parse_link
-    from pipelines.evaluate.generation import rouge_l
-    from pipelines.glong.extractor import evenly_spaced
+    from pipelines.text_metrics import rouge_l
+    from pipelines.data.sampling import evenly_spaced
 
     examples_file = ctx.path(f"{EMMA_EXAMPLES}/{split}.jsonl")
     examples = list(iter_examples(examples_file)) if examples_file.is_file() else []
@@ -557,7 +574,7 @@ def _emma_memory_writing(ctx, split: str, dialogue, config) -> tuple[list[str], 
                         "writing/link/examples": float(len(links))})
     if not rows:
         return [], {}
-    from pipelines.evaluate.report import markdown_table
+    from pipelines.evaluate.tables import markdown_table
 
     if judge is not None:
         judge.close()

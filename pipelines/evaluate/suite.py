@@ -90,6 +90,8 @@ import yaml
 
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError, MissingInput, UnknownName, close_matches
+from pipelines.plugins import BUILT_IN, refuse_broken
+from pipelines.plugins import load as load_plugins
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 RETRIEVAL_METRICS = ("recall", "recall_any", "recall_all", "ndcg_any", "mrr")
@@ -217,8 +219,11 @@ class Suite:
         if not strategies:
             raise bad("strategies", "name at least one memory strategy")
         from pipelines.memory import STRATEGIES
+        from pipelines.memory.base import PLUGIN_GROUP
 
         unknown = [s for s in strategies if s not in STRATEGIES]
+        for name in unknown:   # an installed plugin that failed to load: its own error, naming the package
+            refuse_broken(PLUGIN_GROUP, name, "memory strategy")
         if unknown:
             raise bad("strategies", f"unknown strategy(ies) {unknown}; registered: {sorted(STRATEGIES)}")
         if len(set(strategies)) != len(strategies):
@@ -327,15 +332,47 @@ class Suite:
                 **({"answers": self.answers.header()} if self.answers is not None else {})}
 
 
+SUITE_PLUGINS = "mnemos.suites"   # installed packages' suites (pipelines.plugins): name -> a suite YAML file
+_PLUGIN_SUITES: dict[str, Path] = {}
+
+
+def _check_suite_file(name: str, obj) -> str | None:
+    if not isinstance(obj, (str, os.PathLike)) or not str(obj).endswith((".yaml", ".yml")):
+        return f"it must name the path of a suite .yaml file, got {obj!r}"
+    if not Path(obj).is_file():
+        return f"its suite file {str(obj)!r} does not exist"
+    return None
+
+
+def plugin_suites() -> dict[str, Path]:
+    """The suites of installed packages (entry points ``mnemos.suites``), by name; a shipped suite's name is
+    refused to a plugin (the shipped one stays)."""
+    shipped = {p.stem: p for p in SUITES_DIR.glob("*.yaml")}
+    registry = {**shipped, **_PLUGIN_SUITES}
+    load_plugins(SUITE_PLUGINS, registry, _check_suite_file,
+                 register=lambda name, path: _PLUGIN_SUITES.__setitem__(name, Path(path)))
+    return dict(_PLUGIN_SUITES)
+
+
+def suite_origin(name: str) -> str:
+    """``built-in`` for a shipped suite, else the package (and version) that installs it."""
+    from pipelines.plugins import origin
+
+    return origin(SUITE_PLUGINS, name) if name in plugin_suites() else BUILT_IN
+
+
 def list_suites() -> list[str]:
-    """The names of the shipped suites (files in ``pipelines/evaluate/suites``)."""
-    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+    """The names of the shipped suites (files in ``pipelines/evaluate/suites``) and of installed packages' suites."""
+    return sorted({*(p.stem for p in SUITES_DIR.glob("*.yaml")), *plugin_suites()})
 
 
 def load_suite(name_or_path: str | os.PathLike) -> Suite:
     """A shipped suite by name, or a suite file by path (ConfigError naming the file and key)."""
     text = str(name_or_path)
     path = Path(text) if text.endswith((".yaml", ".yml")) or os.sep in text else SUITES_DIR / f"{text}.yaml"
+    if not path.is_file() and path.parent == SUITES_DIR and text == path.stem:
+        refuse_broken(SUITE_PLUGINS, text, "benchmark suite")
+        path = plugin_suites().get(text, path)
     if not path.is_file():
         if path.parent == SUITES_DIR and text == path.stem:   # a name: the close shipped ones
             raise UnknownName(f"benchmark suite {text!r} not found (looked for {path})"

@@ -19,6 +19,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from pipelines.config_schema import dataset_names, positive_int
 from pipelines.errors import ConfigError
 
 PARK_DECAY_PER_HOUR = 0.995  # Park et al. (2023): recency = 0.995 ** hours since last access
@@ -198,3 +199,32 @@ class SummariserTrainConfig:
     @classmethod
     def from_dict(cls, data: dict | None) -> "SummariserTrainConfig":
         return _from_dict(cls, data, "glong.summariser")
+
+
+@dataclass(frozen=True)
+class GLongStageSettings:
+    """params.yaml ``glong`` keys the G-Long stages read beside their sections (pipelines/glong/stage.py)."""
+
+    # the extractor's datasets (pipelines.data.stage.training_sources): synthetic keeps its split by episode;
+    # any other (personaext) is split by utterance (pipelines.glong.extractor.utterance_split)
+    sources: list[str] | str | None = None
+    valid_share: float = 0.05  # of a dataset split by utterance: the share held back for validation
+    test_share: float = 0.10   # ... and the share held back for scoring (never trained on)
+    max_train_examples: int | None = None  # at most this many training utterances, a seeded sample (null: all)
+    max_valid_examples: int | None = None  # at most this many validation utterances (null: all)
+    eval_examples: int = 64    # held-back utterances the trained extractor is scored on, per dataset (half with
+                               # facts where there are fact-free ones), fine-tuned and zero-shot
+
+    def __post_init__(self) -> None:
+        dataset_names("glong.sources", self.sources)
+        positive_int("glong.eval_examples", self.eval_examples)
+        for key in ("max_train_examples", "max_valid_examples"):
+            if getattr(self, key) is not None:
+                positive_int(f"glong.{key}", getattr(self, key))
+        for key in ("valid_share", "test_share"):
+            if not 0.0 < getattr(self, key) < 1.0:
+                raise ConfigError(f"glong.{key} must lie strictly between 0 and 1 (a share of the utterances), "
+                                  f"got {getattr(self, key)!r}.")
+        if self.valid_share + self.test_share >= 1.0:
+            raise ConfigError(f"glong.valid_share + glong.test_share is {self.valid_share + self.test_share:g}: "
+                              "nothing would be left to train on; keep their sum below 1.")

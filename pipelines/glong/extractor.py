@@ -36,6 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from pipelines.data.sampling import evenly_spaced
 from pipelines.data.schema import Episode, Triplet
 from pipelines.llm.base import PLAIN_TEMPLATE  # the plain layout of a prompt for a tokenizer without a chat template
 
@@ -312,13 +313,6 @@ def sample_datasets(datasets: Sequence[Sequence[ExtractionExample]], limit: int 
         shares[i] = min(len(datasets[i]), left // (len(datasets) - rank))
         left -= shares[i]
     return [e for examples, n in zip(datasets, shares) for e in sample_examples(examples, n, seed)]
-
-
-def evenly_spaced(items: Sequence, n: int | None) -> list:
-    """At most ``n`` of ``items``, evenly spaced, in order (all of them when ``n`` is None)."""
-    from pipelines.mdr.evaluate import select_examples
-
-    return select_examples(items, n)
 
 
 def evaluation_examples(examples: Sequence[ExtractionExample], limit: int) -> list[ExtractionExample]:

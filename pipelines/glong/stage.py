@@ -17,11 +17,17 @@ from __future__ import annotations
 import json
 
 from pipelines.data.stage import canonical_dir, training_inputs
-from pipelines.registry import StageResult, stage
+from pipelines.glong.config import ExtractorTrainConfig, GLongStageSettings, SummariserTrainConfig
+from pipelines.registry import Section, StageResult, config_section, stage
+from pipelines.training.config import train_section
 
 EXTRACTOR, IMPORTANCE = "models/glong_extractor", "models/glong_importance"
 CODE = ("pipelines/glong", "pipelines/training", "pipelines/models")
 EVAL_FILE = "extraction_eval.json"
+
+config_section("glong", Section((GLongStageSettings,), sections={
+    "extractor": Section((ExtractorTrainConfig,)), "extractor_train": train_section(),
+    "summariser": Section((SummariserTrainConfig,)), "summariser_train": train_section()}))
 
 
 def _extractor_examples(ctx, include_empty: bool) -> dict[str, dict[str, list]]:
@@ -103,7 +109,7 @@ def glong_extractor(ctx) -> StageResult:
     from pipelines.glong.config import ExtractorTrainConfig
     from pipelines.glong.extractor import SPLITS, evaluation_examples, sample_datasets
     from pipelines.glong.tasks import GLongExtractorTask, load_extractor
-    from pipelines.runner import is_rank_zero
+    from pipelines.ranks import is_rank_zero
     from pipelines.training.stage import run_dir, train_stage
 
     cfg = ctx.config["glong"]
@@ -175,7 +181,7 @@ def glong_importance(ctx) -> StageResult:
     from pipelines.glong.config import SummariserTrainConfig
     from pipelines.glong.summariser import CausalSummariserTask, summariser_pairs
     from pipelines.glong.tasks import GLongImportanceTask
-    from pipelines.runner import is_rank_zero
+    from pipelines.ranks import is_rank_zero
     from pipelines.training.stage import train_stage
 
     cfg = ctx.config["glong"]
@@ -189,7 +195,7 @@ def glong_importance(ctx) -> StageResult:
     result.metadata.update(counts)
     result.metrics.update({k: float(v) for k, v in counts.items() if isinstance(v, int)})
     if scfg.arch == "causal" and valid and is_rank_zero():   # what the held-out sessions' summaries look like
-        from pipelines.evaluate.generation import rouge_l
+        from pipelines.text_metrics import rouge_l
         from pipelines.glong.summariser import generate_summaries, load_causal_summariser
 
         model, tokenizer, _ = load_causal_summariser(ctx.path(IMPORTANCE))

@@ -47,8 +47,8 @@ import torch
 from pipelines.data.schema import Episode
 from pipelines.errors import ConfigError, DataError
 from pipelines.glong.config import ImportanceConfig, SummariserTrainConfig
-from pipelines.glong.extractor import evenly_spaced
-from pipelines.glong.importance import CAUSAL_SEPARATOR, DIALOGUE_INSTRUCTION, TRIPLETS_INSTRUCTION, summary_prompt
+from pipelines.data.sampling import evenly_spaced
+from pipelines.glong.prompts import CAUSAL_SEPARATOR, DIALOGUE_INSTRUCTION, TRIPLETS_INSTRUCTION, summary_prompt
 from pipelines.glong.tasks import IGNORE, SummaryPair, _EncodedLMTask, linear_module_names, session_summary_pairs
 
 SUMMARISER_META = "summariser.json"
@@ -106,7 +106,7 @@ class CausalSummariserTask(_EncodedLMTask):
                  config: SummariserTrainConfig):
         from transformers import AutoTokenizer
 
-        from pipelines.llm.config import pretrained_folder
+        from pipelines.llm.build import pretrained_folder
 
         if not train:
             raise DataError("no session with a summary to train the summariser on (glong.summariser.sources)",
@@ -169,7 +169,7 @@ def load_causal_summariser(folder: str | Path, device: str = "cpu"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipelines.llm.config import pretrained_folder
+    from pipelines.llm.build import pretrained_folder
 
     folder = Path(folder)
     meta = json.loads((folder / SUMMARISER_META).read_text())

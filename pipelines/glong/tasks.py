@@ -100,7 +100,7 @@ def pretrained_base(model: str) -> Path:
     """The folder of a pretrained base (``smollm2-135m-instruct``, a .gguf file, a save_pretrained folder, a name in
     the local Hugging Face cache), through :func:`pipelines.llm.config.pretrained_folder`: nothing is downloaded."""
     from pipelines.llm.base import LLMError
-    from pipelines.llm.config import pretrained_folder
+    from pipelines.llm.build import pretrained_folder
 
     try:
         return pretrained_folder(model)
@@ -284,7 +284,7 @@ def session_summary_pairs(episodes: Iterable[Episode], inputs: Sequence[str] = (
     its dialogue and, for a session whose turns carry triplets, its triplets joined by ``separator`` as
     the importance scorer lays them out (pipelines.glong.importance.join_triplets). Ids:
     ``<episode>/<session>``, and ``<episode>/<session>:triplets`` for the triplets."""
-    from pipelines.glong.importance import join_triplets
+    from pipelines.glong.prompts import join_triplets
 
     out = []
     for e in episodes:

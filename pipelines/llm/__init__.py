@@ -9,7 +9,8 @@ Importing this package loads neither torch nor the openai client: each backend i
 
 from pipelines.llm.base import LLM, Completion, GenerationSettings, LLMError, Messages, check_messages
 from pipelines.llm.cache import CachedLLM, ResponseCache
-from pipelines.llm.config import DEFAULT_MODEL, LLMConfig, build_llm
+from pipelines.llm.build import build_llm
+from pipelines.llm.config import DEFAULT_MODEL, LLMConfig
 
 __all__ = ["LLM", "CachedLLM", "Completion", "DEFAULT_MODEL", "GenerationSettings", "LLMConfig", "LLMError",
            "Messages", "ResponseCache", "build_llm", "check_messages"]

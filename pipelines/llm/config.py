@@ -21,10 +21,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
+from pipelines.config_schema import positive_int
 from pipelines.errors import ConfigError
-from pipelines.llm.base import LLM, PROMPT_FORMATS, GenerationSettings
+from pipelines.llm.base import PROMPT_FORMATS, GenerationSettings
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_CACHE_DIR = ".cache/llm"    # relative to the working directory, as the embedding cache's
@@ -157,45 +158,19 @@ def models_dir(cache_dir: str | os.PathLike | None) -> Path:
     return Path(shared) if shared else Path(cache_dir or DEFAULT_CACHE_DIR) / "models"
 
 
-def _local(config: LLMConfig, cache_dir: Path) -> LLM:
-    from pipelines.llm.local import LocalLLM
+@dataclass(frozen=True)
+class LLMSettings:
+    """params.yaml ``llm`` top keys: how the benchmark's suites are answered (pipelines/evaluate/answers/run.py)
+    and traced (pipelines/tracking.py). ``llm.reader`` and ``llm.judge`` are LLMConfig sections (pipelines/llm)."""
 
-    return LocalLLM(config, models_dir(cache_dir))
+    max_questions: int | None = None        # questions each reader answers per suite, evenly spaced (null: all)
+    full_history_tokens: int | None = None  # cap of the full-history reader's context (null: the model's window)
+    trace_sample: float = 1.0               # share of the answers logged as MLflow traces (0: none, 1: all)
 
-
-def _openai(config: LLMConfig, cache_dir: Path) -> LLM:
-    from pipelines.llm.openai_backend import OpenAILLM
-
-    return OpenAILLM(config)
-
-
-BACKENDS: dict[str, Callable[[LLMConfig, Path], LLM]] = {"local": _local, "openai": _openai}
-
-
-def build_llm(config: LLMConfig | Mapping[str, Any], cache_dir: str | os.PathLike | None = None) -> LLM:
-    """The model ``config`` names, behind the response cache under ``<cache_dir>/responses`` when
-    ``config.cache`` (a :class:`~pipelines.llm.cache.CachedLLM`: its ``stats()`` count hits, misses, tokens, cost).
-
-    ``cache_dir`` (default ``.cache/llm``): the response cache and the converted models. Nothing is loaded
-    here: a local model loads at its first call, so a run answered wholly from the cache never loads it.
-    """
-    cfg = config if isinstance(config, LLMConfig) else LLMConfig.from_dict(config)
-    root = Path(cache_dir) if cache_dir is not None else Path(DEFAULT_CACHE_DIR)
-    backend = BACKENDS[cfg.backend](cfg, root)
-    if not cfg.cache:
-        return backend
-    from pipelines.llm.cache import CachedLLM, ResponseCache
-
-    return CachedLLM(backend, ResponseCache(root / "responses"), price_prompt_per_1m=cfg.price_prompt_per_1m,
-                     price_completion_per_1m=cfg.price_completion_per_1m)
-
-
-def pretrained_folder(model: str, cache_dir: str | os.PathLike | None = None) -> Path:
-    """The folder ``from_pretrained`` loads for a pretrained model reference, for training from it (the small
-    profile's bases): the shipped default (``smollm2-135m-instruct``: its GGUF converted once, under a lock, into
-    :func:`models_dir`), a .gguf file, a save_pretrained folder, or a name already in the local Hugging Face cache.
-    Nothing is downloaded. ``cache_dir``: as :func:`build_llm`'s (default: ``<project root>/.cache/llm``)."""
-    from pipelines.config import ROOT
-    from pipelines.llm.local import resolve_model
-
-    return resolve_model(model, models_dir(cache_dir if cache_dir is not None else ROOT / DEFAULT_CACHE_DIR))
+    def __post_init__(self) -> None:
+        for key in ("max_questions", "full_history_tokens"):
+            if getattr(self, key) is not None:
+                positive_int(f"llm.{key}", getattr(self, key))
+        if not 0.0 <= self.trace_sample <= 1.0:
+            raise ConfigError(f"llm.trace_sample must lie in [0, 1] (a share of the answers), "
+                              f"got {self.trace_sample!r}.")

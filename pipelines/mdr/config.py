@@ -24,6 +24,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipelines.config_schema import dataset_names, positive_int
 from pipelines.errors import ConfigError
 
 P0_MODES = ("sampled", "learned")
@@ -112,3 +113,26 @@ class MDRConfig:
             raise ConfigError(f"unknown mdr setting(s) {', '.join(unknown)}; known: "
                               f"{', '.join(sorted(cls.__dataclass_fields__))}.")
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class MDRStageSettings:
+    """params.yaml ``mdr`` keys the MDR stages read beside MDRConfig's (pipelines/mdr/stage.py)."""
+
+    sources: list[str] | str | None = None  # datasets to learn from (pipelines.data.stage.training_sources)
+    tokenizer: str = "train"                # "train": a byte-level BPE trained on the examples; else a name / path
+    vocab_size: int = 2000                  # vocabulary of that trained BPE
+
+    def __post_init__(self) -> None:
+        dataset_names("mdr.sources", self.sources)
+        positive_int("mdr.vocab_size", self.vocab_size)
+
+
+@dataclass(frozen=True)
+class MDRGenerationSettings:
+    """params.yaml ``mdr.generation``: MDR's responses in the benchmark (pipelines/evaluate/stage.py, CLI)."""
+
+    max_new_tokens: int = 32   # greedy decoding stops after this many tokens
+
+    def __post_init__(self) -> None:
+        positive_int("mdr.generation.max_new_tokens", self.max_new_tokens)

@@ -23,6 +23,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Callable, Sequence
 
+from pipelines.data.sampling import evenly_spaced
+
 PAPER_CONVAI2 = {"bleu-1": 19.40, "rouge-l": 19.34}  # MDR, Table 2 (ConvAI2), GPT-2 backbone
 TEACHER_STAGE, STUDENT_STAGE, DECODER_STAGE = "mdr_teacher", "mdr_student", "mdr_decoder"
 GENERATION_BATCH = 32  # generate_responses' batch size: progress is reported per batch of this size
@@ -55,7 +57,7 @@ def generate_and_score(decoder, codec, examples: Sequence, feats, *, max_new_tok
                        seed: int = 2022, max_query_tokens: int = 64, session_sdist: bool = False,
                        progress: Callable[[int], None] | None = None) -> dict:
     """Greedy responses of ``decoder`` to the examples' queries given R^(K) ``feats`` (N, H), scored
-    against the examples' responses (:func:`pipelines.evaluate.generation.generation_metrics`).
+    against the examples' responses (:func:`pipelines.text_metrics.generation_metrics`).
 
     S-Dist: ``samples`` sampled responses (top-k 50, seeds ``seed + 1000 s``) for the first
     ``sample_contexts`` examples (None: every one); ``session_sdist`` also scores S-Dist per
@@ -63,7 +65,7 @@ def generate_and_score(decoder, codec, examples: Sequence, feats, *, max_new_tok
     n generations (``len(examples) + samples * sampled contexts`` in all).
     Returns ``{"overall": metrics, "by_session": {n: metrics}, "examples": [first 5]}``.
     """
-    from pipelines.evaluate.generation import generation_metrics
+    from pipelines.text_metrics import generation_metrics
 
     queries = [e.query for e in examples]
     hyps = _generate(decoder, codec, queries, feats, progress, max_new_tokens=max_new_tokens,
@@ -144,14 +146,6 @@ def saved_config(model_dir: str | Path):
     return MDRConfig(**{f.name: settings[f.name] for f in fields(MDRConfig) if f.name in settings})
 
 
-def select_examples(examples: Sequence, limit: int | None) -> list:
-    """At most ``limit`` examples, evenly spaced over the list (so every part of the data, and every
-    session number, is represented), in their original order; all of them when ``limit`` is None."""
-    if limit is None or len(examples) <= limit:
-        return list(examples)
-    return [examples[(i * len(examples)) // limit] for i in range(limit)]
-
-
 def student_features(examples: Sequence, teacher_dir: str | Path, student_dir: str | Path, *,
                      device: str = "cpu", batch_size: int = 32):
     """R^(K) (N, H) of ``examples`` from the trained student around the frozen teacher, as the
@@ -184,7 +178,7 @@ def evaluate_mdr_episodes(episodes: Sequence, teacher_dir: str | Path, student_d
 
     Builds the (P, H, Q, R) examples (:func:`pipelines.data.tasks.build_mdr_examples`) with the
     student's saved ``max_history_rounds`` / ``memory_persona``, keeps at most ``max_examples``
-    (:func:`select_examples`), computes R^(K) with the trained student around the frozen teacher
+    (:func:`pipelines.data.sampling.evenly_spaced`), computes R^(K) with the trained student around the frozen teacher
     (eval mode, without reading R), then generates and scores exactly as :func:`evaluate_mdr`
     (S-Dist over every kept example, also per session). Raises ModelNotTrained (stage named) when a
     model folder is missing. ``progress_factory(total)`` returns a callable advanced by the number
@@ -204,7 +198,7 @@ def evaluate_mdr_episodes(episodes: Sequence, teacher_dir: str | Path, student_d
     cfg = saved_config(student_dir)
     all_examples = build_mdr_examples(episodes, max_history_rounds=cfg.max_history_rounds,
                                       memory_persona=cfg.memory_persona, source=source)
-    examples = select_examples(all_examples, max_examples)
+    examples = evenly_spaced(all_examples, max_examples)
     index = {s.id: s.index for e in episodes for s in e.sessions}
     out_extra = {"examples_total": len(all_examples), "examples_scored": len(examples)}
     if not examples:

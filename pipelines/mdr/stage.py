@@ -10,12 +10,18 @@ from __future__ import annotations
 from dataclasses import fields
 
 from pipelines.data.stage import training_inputs, training_split
-from pipelines.registry import StageResult, stage
+from pipelines.mdr.config import MDRConfig, MDRGenerationSettings, MDRStageSettings
+from pipelines.registry import Section, StageResult, config_section, stage
+from pipelines.training.config import train_section
 
 EXAMPLES = "data/tasks/mdr"
 TOKENIZER = "models/mdr_tokenizer"
 TEACHER, STUDENT, DECODER = "models/mdr_teacher", "models/mdr_student", "models/mdr_decoder"
 CODE = ("pipelines/mdr", "pipelines/training", "pipelines/models", "pipelines/data/tasks.py")
+
+config_section("mdr", Section((MDRConfig, MDRStageSettings), sections={
+    "teacher": train_section(), "student": train_section(), "decoder": train_section(),
+    "generation": Section((MDRGenerationSettings,))}))
 PAPER_CARD = ("MDR: Memory Distillation and Reproduction for Personalized Dialogue Generation "
               "(seed 001 of this project)")
 

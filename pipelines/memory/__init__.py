@@ -12,6 +12,9 @@ from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
 from pipelines.memory import no_history, long_context, bm25, dense, hybrid, fusion, session_summary, trained_dense  # noqa: E402,F401
 from pipelines.memory import rerank  # noqa: E402,F401
 from pipelines.memory import graph, egocentric, mdr  # noqa: E402,F401
+from pipelines.memory.base import load_strategy_plugins  # noqa: E402
+
+load_strategy_plugins()  # installed packages' strategies, after the built-ins (pipelines/plugins.py)
 
 __all__ = ["GRANULARITIES", "STRATEGIES", "MemoryStrategy", "Retrieved", "Selector", "StrategyConfig",
            "TokenCounter", "DEFAULT_COUNTER", "build_strategy", "missing_models", "pack_context", "register_strategy",

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+import inspect
+from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -52,6 +53,8 @@ from typing import Any, Callable, ClassVar, Iterable, Sequence
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError, ModelNotTrained
 from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
+from pipelines.plugins import load as load_plugins
+from pipelines.plugins import refuse_broken
 
 GRANULARITIES = ("turn", "session", "memory")
 
@@ -343,8 +346,7 @@ def missing_models(name: str, settings: dict | None = None) -> list[ModelNotTrai
     Only the settings the strategy class declares in ``model_settings`` are checked; a value in
     ``untrained_values`` or an unset (None / missing) setting needs no model.
     """
-    if name not in STRATEGIES:
-        raise ConfigError(f"memory strategy {name!r} is unknown; registered: {sorted(STRATEGIES)}.")
+    known_strategy(name)
     cls = STRATEGIES[name]
     settings = settings or {}
     missing = []
@@ -374,6 +376,38 @@ def check_weights(config, section: str, names: Sequence[str]) -> None:
 # --- registry -----------------------------------------------------------------
 
 STRATEGIES: dict[str, type[MemoryStrategy]] = {}
+PLUGIN_GROUP = "mnemos.strategies"   # installed packages' strategies (pipelines.plugins)
+
+
+def known_strategy(name: str) -> None:
+    """A ConfigError unless ``name`` is a registered strategy: a broken plugin's names its package and why
+    (:class:`pipelines.plugins.PluginError`), an unknown name lists the registered ones."""
+    if name not in STRATEGIES:
+        refuse_broken(PLUGIN_GROUP, name, "memory strategy")
+        raise ConfigError(f"memory strategy {name!r} is unknown; registered: {sorted(STRATEGIES)}.")
+
+
+def check_plugin_strategy(name: str, obj: Any) -> str | None:
+    """Why the object an entry point of ``mnemos.strategies`` names cannot be a strategy (None when it can): a
+    concrete :class:`MemoryStrategy` subclass whose ``config_class`` is a :class:`StrategyConfig` dataclass and
+    whose granularities are known."""
+    if not (isinstance(obj, type) and issubclass(obj, MemoryStrategy)):
+        return f"{obj!r} is not a MemoryStrategy subclass (pipelines.memory.base)"
+    if inspect.isabstract(obj):
+        return f"{obj.__name__} does not implement {', '.join(sorted(obj.__abstractmethods__))}"
+    config = obj.config_class
+    if not (isinstance(config, type) and issubclass(config, StrategyConfig) and is_dataclass(config)):
+        return f"{obj.__name__}.config_class must be a StrategyConfig dataclass, got {config!r}"
+    unknown = sorted(set(obj.granularities) - set(GRANULARITIES))
+    if unknown or not obj.granularities:
+        return f"{obj.__name__}.granularities must be some of {GRANULARITIES}, got {obj.granularities!r}"
+    return None
+
+
+def load_strategy_plugins() -> None:
+    """Register the strategies of installed packages (entry points ``mnemos.strategies``), after the built-ins."""
+    load_plugins(PLUGIN_GROUP, STRATEGIES, check_plugin_strategy,
+                 register=lambda name, cls: register_strategy(name)(cls))
 
 
 def register_strategy(name: str) -> Callable[[type[MemoryStrategy]], type[MemoryStrategy]]:
@@ -391,8 +425,7 @@ def register_strategy(name: str) -> Callable[[type[MemoryStrategy]], type[Memory
 
 def build_strategy(name: str, counter: TokenCounter | None = None, **settings) -> MemoryStrategy:
     """A fresh strategy ``name`` whose config is ``config_class(**settings)``."""
-    if name not in STRATEGIES:
-        raise ConfigError(f"memory strategy {name!r} is unknown; registered: {sorted(STRATEGIES)}.")
+    known_strategy(name)
     cls = STRATEGIES[name]
     known = {f.name for f in fields(cls.config_class)}
     unknown = sorted(set(settings) - known)

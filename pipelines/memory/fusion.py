@@ -63,8 +63,8 @@ import numpy as np
 from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError
 from pipelines.memory.base import Retrieved, Selector, check_k, check_weights, register_strategy
-from pipelines.memory.bm25 import bm25_tokens
-from pipelines.memory.embeddings import Embedder
+from pipelines.lexical import bm25_tokens
+from pipelines.models.embeddings import Embedder
 from pipelines.memory.hybrid import RankerPair, RankersConfig
 from pipelines.memory.index import BM25Index, top_k
 from pipelines.memory.turn_store import retrieved_turns

@@ -28,9 +28,10 @@ from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError
 from pipelines.memory.base import (MemoryStrategy, Retrieved, Selector, StrategyConfig, check_k, check_weights,
                                    register_strategy)
-from pipelines.memory.bm25 import BM25, BM25Config, bm25_tokens
+from pipelines.lexical import bm25_tokens
+from pipelines.memory.bm25 import BM25, BM25Config
 from pipelines.memory.dense import Dense, DenseConfig
-from pipelines.memory.embeddings import DEFAULT_CACHE_DIR, Embedder
+from pipelines.models.embeddings import DEFAULT_CACHE_DIR, Embedder
 
 
 @dataclass(frozen=True)

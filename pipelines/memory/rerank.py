@@ -40,7 +40,7 @@ from pipelines.errors import ConfigError
 from pipelines.memory.base import Retrieved, check_k, check_weights, register_strategy
 from pipelines.memory.fusion import Fusion, FusionTimeConfig, calibrate, rank_sessions
 from pipelines.memory.index import top_k
-from pipelines.training.folds import HeldOutModels
+from pipelines.data.folds import HeldOutModels
 
 STAGE, FOLDS_KEY = "reranker", "rerank.folds"
 

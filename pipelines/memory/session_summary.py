@@ -31,7 +31,8 @@ from pipelines.errors import ConfigError, DataError
 from pipelines.llm.config import DEFAULT_CACHE_DIR as LLM_CACHE_DIR
 from pipelines.memory.base import (MemoryStrategy, Retrieved, Selector, StrategyConfig, check_k,
                                    register_strategy, session_participants)
-from pipelines.memory.bm25 import bm25_scores, bm25_tokens
+from pipelines.lexical import bm25_tokens
+from pipelines.memory.bm25 import bm25_scores
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ held the episode out (LoCoMo's conversations, ``emma.retriever_folds``); when no
 ConfigError naming the episode and the models: a conversation is never scored by a model that trained on it.
 
 Embeddings: the turns of an observed session are encoded in one batch; every vector is kept in memory per model
-and tower, and, with ``cache_dir``, in the project's :class:`~pipelines.memory.embeddings.EmbeddingCache` keyed
+and tower, and, with ``cache_dir``, in the project's :class:`~pipelines.models.embeddings.EmbeddingCache` keyed
 by the tower's weights (sha256 of its safetensors file) and the text's hash, so a retrained model never reads
 another model's vectors. ``forget`` drops the forgotten turns' vectors from both (unless another held turn has the
 same text), as ``dense`` does.
@@ -33,9 +33,9 @@ import numpy as np
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
 from pipelines.memory.base import StrategyConfig, register_strategy
-from pipelines.memory.embeddings import EmbeddingCache, text_hash
+from pipelines.models.embeddings import EmbeddingCache, text_hash
 from pipelines.memory.turn_store import TurnItem, TurnStrategy
-from pipelines.training.folds import HeldOutModels
+from pipelines.data.folds import HeldOutModels
 
 
 
@@ -65,7 +65,7 @@ class _Towers:
 
     def __init__(self, path: Path, config: TrainedDenseConfig):
         from pipelines.emma.retriever import DualEncoder
-        from pipelines.memory.embeddings import resolve_device
+        from pipelines.models.embeddings import resolve_device
 
         self.model = DualEncoder.load(path).to(resolve_device(config.device)).eval()   # cuda asked, none: ConfigError
         self.batch_size = config.batch_size

@@ -293,7 +293,7 @@ class LLMSummariser(Writer):
         """The user message of ``session``: its date and lines (instructed), or the small profile's G-Long
         summariser's (its instruction, a blank line, the lines)."""
         if not self.instructed:
-            from pipelines.glong.importance import DIALOGUE_INSTRUCTION
+            from pipelines.glong.prompts import DIALOGUE_INSTRUCTION
 
             return f"{DIALOGUE_INSTRUCTION}\n\n{dialogue_lines(session)}"
         date = f"Session date: {session.timestamp.date().isoformat()}\n" if session.timestamp is not None else ""

@@ -42,6 +42,7 @@ from torch import nn
 
 from pipelines.emma.retriever import RetrievalExample, examples_of
 from pipelines.errors import ConfigError
+from pipelines.lexical import bm25_tokens
 from pipelines.training.config import Tokens
 
 CONFIG_FILE = "reranker.json"
@@ -283,8 +284,8 @@ def export_cross_encoder(directory: str | os.PathLike, quantization: str = "int8
                          export_dir: str | os.PathLike | None = None) -> Path:
     """The saved re-ranker in ``directory`` exported to ONNX (encoder + head in one graph, fused by ONNX Runtime's
     transformer optimizer; ``int8``: dynamically quantized in this CPU's preset), made once in ``export_dir``
-    (:func:`pipelines.memory.embeddings.cached_export`, never in the model's folder)."""
-    from pipelines.memory import embeddings as E
+    (:func:`pipelines.models.embeddings.cached_export`, never in the model's folder)."""
+    from pipelines.models import embeddings as E
 
     d = Path(directory)
     if not (d / CONFIG_FILE).exists():
@@ -327,7 +328,7 @@ class RuntimeCrossEncoder:
     def __init__(self, folder: str | os.PathLike):
         from transformers import AutoTokenizer
 
-        from pipelines.memory.embeddings import META_FILE, require
+        from pipelines.models.embeddings import META_FILE, require
 
         ort = require("onnx")["onnxruntime"]
         self.folder = Path(folder)
@@ -353,7 +354,7 @@ def load_scorer(directory: str | os.PathLike, backend: str = "auto", quantizatio
     :class:`CrossEncoder` on ``device``, scoring in ``precision`` (auto: fp32. Measured on an H200 with
     benchmarks/embedding_backends.py --device cuda, 30 LoCoMo-like pairs a query: fp32 8.8 ms, bf16 9.5 ms, fp16 9.2
     ms; a batch of 30 pairs is launch-bound, so half precision only moves the scores, by up to 0.0024)."""
-    from pipelines.memory.embeddings import resolve_device, resolve_precision
+    from pipelines.models.embeddings import resolve_device, resolve_precision
 
     check_rerank_backend(backend, quantization, device)
     device = resolve_device(device)
@@ -386,12 +387,14 @@ def check_rerank_backend(backend: str, quantization: str, device: str = "auto") 
 # --- examples: LCE groups with first-stage hard negatives ---------------------------------------------------------
 
 def first_stage_order(question: str, candidates: Sequence[str]) -> list[int]:
-    """The candidates' indices by BM25 score for ``question`` (Okapi, k1 1.5, b 0.75: the bm25 strategy's),
-    best first, ties to the later (newer) candidate."""
-    from pipelines.memory.bm25 import BM25Config, bm25_scores, bm25_tokens
+    """The candidates' indices by BM25 score for ``question`` (rank_bm25's BM25Okapi at its defaults, k1 1.5, b 0.75,
+    epsilon 0.25: the bm25 strategy's defaults and scores), best first, ties to the later (newer) candidate."""
+    from rank_bm25 import BM25Okapi
 
-    c = BM25Config()
-    scores = bm25_scores([bm25_tokens(t) for t in candidates], bm25_tokens(question), c.k1, c.b, c.epsilon)  # (N,)
+    docs = [bm25_tokens(t) for t in candidates]
+    if not any(docs):  # no candidate has a word token: BM25 has no average length; newest first
+        return list(reversed(range(len(candidates))))
+    scores = BM25Okapi(docs).get_scores(bm25_tokens(question))  # (N,)
     return sorted(range(len(candidates)), key=lambda i: (-scores[i], -i))
 
 

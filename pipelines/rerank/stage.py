@@ -10,27 +10,49 @@ conversation scored by a model that never saw it.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
+from pipelines.config_schema import build_config, dataset_names
+from pipelines.data.folds import Folds
 from pipelines.data.stage import training_inputs
-from pipelines.registry import StageResult, stage
+from pipelines.registry import Section, StageResult, config_section, stage
+from pipelines.rerank.cross_encoder import CrossEncoderConfig
+from pipelines.training.config import train_section
 
 RERANKER = "models/reranker"
 RERANKER_EVAL = "reranker_eval.json"
 SECTION = "rerank"
 
 
-def _config(ctx):
-    from pipelines.emma.stage import _make
-    from pipelines.rerank.cross_encoder import CrossEncoderConfig
+@dataclass(frozen=True)
+class RerankStageSettings:
+    """params.yaml ``rerank`` keys the reranker stage reads beside its sections (pipelines/rerank/stage.py)."""
 
-    return _make(CrossEncoderConfig, ctx.config.get(SECTION, {}).get("model"))
+    sources: list[str] | str | None = None  # datasets to learn from (pipelines.data.stage.training_sources)
+
+    def __post_init__(self) -> None:
+        dataset_names("rerank.sources", self.sources)
+
+
+def _train_base(config: dict, root: Path) -> dict:
+    """rerank.train goes over the TrainConfig that rerank.model derives."""
+    return CrossEncoderConfig(**config.get(SECTION, {}).get("model", {})).train_config(root / "models" / ".runs").to_dict()
+
+
+config_section(SECTION, Section((RerankStageSettings,), sections={
+    "model": Section((CrossEncoderConfig,)), "train": train_section(_train_base),
+    "folds": Section((Folds,), internal=("where",))}))
+
+
+def _config(ctx):
+    return build_config(CrossEncoderConfig, ctx.config.get(SECTION, {}).get("model"))
 
 
 def _folds(ctx):
     """params.yaml ``rerank.folds`` (None when absent), its sources checked against rerank.sources."""
     from pipelines.data.stage import training_sources
     from pipelines.errors import ConfigError
-    from pipelines.training.folds import Folds
 
     section = ctx.config.get(SECTION, {}).get("folds")
     if not section:
@@ -67,8 +89,9 @@ def reranker(ctx) -> StageResult:
     BM25's order, on the episodes each model did not train on. Every saved model lists them (``trained_on.json``)."""
     from pipelines.data.stage import training_episodes
     from pipelines.rerank.cross_encoder import RerankerTask
-    from pipelines.runner import is_rank_zero
-    from pipelines.training.folds import fold_plan, publish_folds, train_folds, write_trained_on
+    from pipelines.ranks import is_rank_zero
+    from pipelines.data.folds import write_trained_on
+    from pipelines.training.folds import fold_plan, publish_folds, train_folds
     from pipelines.training.stage import run_dir, train_stage
 
     cfg = _config(ctx)

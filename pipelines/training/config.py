@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from pipelines.errors import ConfigError
+from pipelines.registry import Base, Section
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # The one sentence refusing ZeRO-3 for a model with quantised (QLoRA) weights: the engine raises it whatever
@@ -205,3 +206,14 @@ class TrainSummary:
         if self.best_valid_loss is not None:
             out["best_valid_loss"] = float(self.best_valid_loss)
         return out
+
+
+def train_base(config: dict, root: Path) -> dict:
+    """What :func:`pipelines.training.stage.train_stage` puts under a training section's knobs."""
+    return {"output_dir": str(root / "models" / ".runs"), "seed": config.get("seed", 2022), "model_name": "mnemos"}
+
+
+def train_section(base: Base | None = None) -> Section:
+    """The declaration of a training section (``mdr.teacher``, ``emma.dialogue_train``, ...): TrainConfig's fields
+    over ``base`` (default :func:`train_base`; a method's own derives more of them from its model section)."""
+    return Section((TrainConfig,), internal=("output_dir",), base=base or train_base)

@@ -30,7 +30,7 @@ def run_dir(ctx) -> Path:
 
 def train_stage(ctx, task, knobs: dict, out_rel: str, folder: Path | None = None) -> StageResult:
     """Train ``task`` with TrainConfig ``knobs`` and put the final model at ``out_rel``."""
-    from pipelines.runner import is_rank_zero
+    from pipelines.ranks import is_rank_zero
     from pipelines.training.config import TrainConfig
     from pipelines.training.engine import train
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from pipelines.data.schema import write_episodes
-from pipelines.memory.bm25 import english_stopwords
+from pipelines.lexical import english_stopwords
 from tests.benchmarks._script import load
 from tests.memory.conftest import build_episode
 

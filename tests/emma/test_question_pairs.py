@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines.data import folds as folds_mod
 from pipelines.data.schema import Query
 from pipelines.emma import retriever as R
 from pipelines.errors import ConfigError
@@ -72,15 +73,15 @@ def test_pairs_config():
 
 def test_folds_are_balanced_stable_and_validation_is_a_share():
     ids = [f"conv-{n}" for n in range(10)]
-    folds = R.assign_folds(ids, 5)
+    folds = folds_mod.assign_folds(ids, 5)
     assert sorted(folds) == sorted(ids) and sorted(list(folds.values()).count(i) for i in range(5)) == [2] * 5
-    assert R.assign_folds(reversed(ids), 5) == folds                      # file order does not matter
+    assert folds_mod.assign_folds(reversed(ids), 5) == folds                      # file order does not matter
     with pytest.raises(ConfigError, match="every fold needs one"):
-        R.assign_folds(ids[:3], 5)
-    assert len(R.validation_ids(ids[:8], 0.1)) == 1 and R.validation_ids(ids[:8], 0.0) == set()
-    assert R.validation_ids(ids[:1], 0.5) == set()                        # never the only training episode
+        folds_mod.assign_folds(ids[:3], 5)
+    assert len(folds_mod.validation_ids(ids[:8], 0.1)) == 1 and folds_mod.validation_ids(ids[:8], 0.0) == set()
+    assert folds_mod.validation_ids(ids[:1], 0.5) == set()                        # never the only training episode
     with pytest.raises(ConfigError, match="k must be an integer >= 2"):
-        R.RetrieverFolds(k=1)
+        folds_mod.Folds(k=1)
 
 
 def test_task_trains_on_the_selected_kinds(tmp_path, episode):

@@ -84,9 +84,9 @@ def test_paper_defaults():
 ])
 def test_profiles_resolve_to_their_encoder_and_pooling(profile, model, pooling):
     from pipelines.config import resolve
-    from pipelines.emma.stage import _make
+    from pipelines.config_schema import build_config
 
-    cfg = _make(R.RetrieverConfig, resolve({"profile": profile})["emma"].get("retriever"))
+    cfg = build_config(R.RetrieverConfig, resolve({"profile": profile})["emma"].get("retriever"))
     assert (cfg.model, cfg.pooling) == (model, pooling)
 
 

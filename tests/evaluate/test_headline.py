@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from pipelines.evaluate.report import evaluate_suite, headline, write_headline
+from pipelines.evaluate.report import headline, write_headline
 from pipelines.evaluate.suite import Suite
+from pipelines.evaluate.suite_run import evaluate_suite
 
 HEADLINE_KEYS = {"session/recall_all@3", "session/ndcg_any@3", "turn/recall_all@3", "turn/ndcg_any@3",
                  "context_tokens"}

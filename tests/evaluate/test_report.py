@@ -4,7 +4,8 @@ import json
 import pytest
 
 from pipelines.errors import ConfigError
-from pipelines.evaluate.report import headline_k, markdown_table, run_benchmark
+from pipelines.evaluate.report import run_benchmark
+from pipelines.evaluate.tables import headline_k, markdown_table
 
 STRATEGIES = ["no_history", "long_context", "bm25"]
 KEYS = ({f"{g}/{m}@{k}" for g in ("turn", "session") for m in ("recall", "recall_any", "recall_all", "ndcg_any")
@@ -148,8 +149,9 @@ def test_an_oracle_is_labelled_explained_and_never_bold(episode, tmp_path, monke
 def test_sections_are_composed_into_the_report_and_every_file_is_written_whole(episode, tmp_path):
     """The benchmark stage's MDR / G-Long / EMMA sections go into the one write of benchmark.md and
     metrics.json (they were appended by reading the report back); no temporary file is left."""
-    from pipelines.evaluate.report import evaluate_suite, write_report
+    from pipelines.evaluate.report import write_report
     from pipelines.evaluate.suite import Suite
+    from pipelines.evaluate.suite_run import evaluate_suite
 
     suite = Suite(name="synthetic", version=1, source="canonical", strategies=("bm25",), ks=(1, 3),
                   budget_tokens=100)

@@ -19,8 +19,9 @@ import pytest
 from pipelines.data.schema import Episode, Triplet
 from pipelines.data.synthetic import SyntheticConfig, generate
 from pipelines.evaluate.protocol import QueryScore, aggregate_sessions, session_ranges
-from pipelines.evaluate.report import evaluate_suite, plot_note, run_benchmark, write_report
+from pipelines.evaluate.report import plot_note, run_benchmark, write_report
 from pipelines.evaluate.suite import Suite
+from pipelines.evaluate.suite_run import evaluate_suite
 from pipelines.memory import STRATEGIES
 
 

@@ -17,9 +17,10 @@ import torch
 
 from pipelines.errors import ConfigError, NothingToScore
 from pipelines.evaluate.protocol import ProtocolConfig, run_protocol
-from pipelines.evaluate.report import SuiteRun, evaluate_suite, run_generation, write_report
-from pipelines.memory.tokens import TokenCounter
+from pipelines.evaluate.report import write_report
 from pipelines.evaluate.suite import Suite, generation_defaults, load_suite, suite_episodes
+from pipelines.evaluate.suite_run import SuiteRun, evaluate_suite, run_generation
+from pipelines.memory.tokens import TokenCounter
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "loaders" / "fixtures"
 CC = FIXTURES / "cc" / "test.jsonl"              # 2 records: (Q, R) rounds in sessions 2 and 4
@@ -195,7 +196,7 @@ def test_cli_prints_generation_beside_the_paper(models, tmp_path, capsys):
 def legacy_evaluate_mdr(decoder_dir, student_dir, examples, *, max_new_tokens=32, samples=5, sample_contexts=32,
                         session_index=None, seed=2022):
     """``evaluate_mdr`` as it was before generation and scoring were shared with the suites (verbatim)."""
-    from pipelines.evaluate.generation import generation_metrics
+    from pipelines.text_metrics import generation_metrics
     from pipelines.mdr.decoder import features_for, generate_responses
     from pipelines.mdr.evaluate import session_number
     from pipelines.mdr.prefix_lm import PrefixLM
@@ -250,8 +251,3 @@ def test_student_features_match_the_student_stage_cache(models):
     assert torch.allclose(feats, torch.stack([cache[e.id] for e in examples]), atol=1e-5)
 
 
-def test_select_examples_spreads_over_the_data():
-    from pipelines.mdr.evaluate import select_examples
-
-    assert select_examples(list(range(10)), 4) == [0, 2, 5, 7]
-    assert select_examples(list(range(3)), 5) == [0, 1, 2] and select_examples(list(range(3)), None) == [0, 1, 2]

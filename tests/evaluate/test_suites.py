@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from pipelines.errors import ConfigError, NothingToScore, ValidationFailed
-from pipelines.evaluate.report import category_names, evaluate_suite, write_report
+from pipelines.evaluate.report import write_report
 from pipelines.evaluate.suite import (list_suites, load_suite, main_speaker_corpus, memory_tag_queries,
                                       suite_episodes)
+from pipelines.evaluate.suite_run import evaluate_suite
+from pipelines.evaluate.tables import category_names
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "loaders" / "fixtures"
 DATA = {"locomo": FIXTURES / "locomo10_fixture.json", "longmemeval_s": FIXTURES / "longmemeval_s_fixture.json",

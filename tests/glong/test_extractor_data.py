@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.config_schema import GLongStageSettings
+from pipelines.glong.config import GLongStageSettings
 from pipelines.data.schema import Triplet
 from pipelines.errors import ConfigError
 from pipelines.glong.extractor import (ExtractionExample, Parsed, evaluation_examples, extraction_scores,

@@ -214,7 +214,7 @@ def test_clear(bank):
 def test_minilm_bank_end_to_end(tmp_path):
     """The real all-MiniLM-L6-v2 (shipped package), with its on-disk cache purged on deletion."""
     from pipelines.glong.embedding import minilm_embedder
-    from pipelines.memory.embeddings import text_hash
+    from pipelines.models.embeddings import text_hash
 
     emb = minilm_embedder(cache_dir=str(tmp_path / "cache"))
     b = GraphMemoryBank(emb)

@@ -9,10 +9,8 @@ import torch
 from pipelines.data.schema import Triplet
 from pipelines.errors import ConfigError
 from pipelines.glong.config import ImportanceConfig
-from pipelines.glong.importance import (CAUSAL_SEPARATOR, TRIPLETS_INSTRUCTION, AttentionImportanceScorer,
-                                        CausalImportanceScorer, chat_frame, importance_from_cross_attention,
-                                        load_importance_scorer, raw_saliency, summary_prompt,
-                                        summary_prompt_attention, summary_self_attention)
+from pipelines.glong.prompts import CAUSAL_SEPARATOR, TRIPLETS_INSTRUCTION, chat_frame, summary_prompt
+from pipelines.glong.importance import (AttentionImportanceScorer, CausalImportanceScorer, importance_from_cross_attention, load_importance_scorer, raw_saliency, summary_prompt_attention, summary_self_attention)
 
 TRIPLETS = [Triplet(subject="Alice", relation="moved to", object="Paris"),
             Triplet(subject="Bob", relation="likes", object="tea and cakes"),

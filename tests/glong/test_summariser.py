@@ -11,9 +11,9 @@ import torch
 from pipelines.data.schema import Episode, Session, Triplet, Turn
 from pipelines.errors import ConfigError, DataError
 from pipelines.glong.config import SummariserTrainConfig
-from pipelines.glong.importance import (CAUSAL_SEPARATOR, DIALOGUE_INSTRUCTION, TRIPLETS_INSTRUCTION,
-                                        CausalImportanceScorer, load_importance_scorer, summary_prompt)
-from pipelines.glong.summariser import (SUMMARISER_META, CausalSummariserTask, evenly_spaced, head_tokens,
+from pipelines.glong.prompts import CAUSAL_SEPARATOR, DIALOGUE_INSTRUCTION, TRIPLETS_INSTRUCTION, summary_prompt
+from pipelines.glong.importance import CausalImportanceScorer, load_importance_scorer
+from pipelines.glong.summariser import (SUMMARISER_META, CausalSummariserTask, head_tokens,
                                         summariser_pairs)
 from pipelines.glong.tasks import IGNORE, SummaryPair, session_summary_pairs
 from pipelines.training.engine import TrainConfig, train
@@ -64,7 +64,6 @@ def test_a_source_without_a_train_split_is_split_by_episode_and_test_splits_stay
                                                          holdout_episodes=2))
     assert [p.id for p in capped] == ["syn-1/syn-1:s0", "syn-2/syn-2:s0", "conv-26/conv-26:s0"]
     assert [p.id for p in few] == ["syn-3/syn-3:s0"]
-    assert evenly_spaced(list(range(10)), 4) == [0, 2, 5, 7] and evenly_spaced([1, 2], None) == [1, 2]
 
 
 def test_summariser_config_checks_its_values():

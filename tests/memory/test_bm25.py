@@ -4,7 +4,8 @@ import pytest
 
 from pipelines.errors import ConfigError
 from pipelines.memory import Selector, build_strategy
-from pipelines.memory.bm25 import BM25Config, bm25_tokens
+from pipelines.lexical import bm25_tokens
+from pipelines.memory.bm25 import BM25Config
 
 
 @pytest.mark.parametrize("text, remove, tokens", [

@@ -6,7 +6,7 @@ import pytest
 from pipelines.errors import ConfigError
 from pipelines.memory import Selector, build_strategy
 from pipelines.memory.dense import Dense, DenseConfig
-from pipelines.memory.embeddings import EmbeddingCache, Embedder, load_encoder
+from pipelines.models.embeddings import EmbeddingCache, Embedder, load_encoder
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from pipelines.data.schema import Episode, Query, Session, Turn
 from pipelines.errors import ConfigError
 from pipelines.memory import STRATEGIES, Selector, build_strategy
-from pipelines.memory.embeddings import load_encoder
+from pipelines.models.embeddings import load_encoder
 from pipelines.memory.fusion import Fusion, FusionSessions, FusionTime, calibrate, pool_sessions
 from pipelines.memory.index import top_k
 

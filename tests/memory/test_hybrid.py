@@ -7,8 +7,8 @@ import pytest
 from pipelines.data.schema import Episode, Session, Turn
 from pipelines.errors import ConfigError
 from pipelines.memory import STRATEGIES, Selector, build_strategy
-from pipelines.memory.bm25 import bm25_tokens
-from pipelines.memory.embeddings import load_encoder
+from pipelines.lexical import bm25_tokens
+from pipelines.models.embeddings import load_encoder
 from pipelines.memory.hybrid import Hybrid, HybridConfig
 
 # A fourth session of three near-identical parcel codes: one exact token tells them apart.

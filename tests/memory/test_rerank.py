@@ -11,7 +11,7 @@ import pytest
 from pipelines.data.schema import Query
 from pipelines.errors import ConfigError
 from pipelines.memory import STRATEGIES, build_strategy, missing_models
-from pipelines.training.folds import write_trained_on
+from pipelines.data.folds import write_trained_on
 from tests.emma.conftest import mia_episode
 from tests.rerank._tiny_reranker import save_tiny_cross_encoder
 

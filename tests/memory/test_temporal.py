@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipelines.llm import LLM, CachedLLM, Completion, GenerationSettings, ResponseCache
-from pipelines.llm import config as llm_config
+from pipelines.llm import build as llm_build
 from pipelines.llm.base import Messages
 from pipelines.memory.temporal import (EXAMPLES, RECENT_DAYS, SYSTEM_PROMPT, LLMTimeRangeExtractor, TimeRange,
                                        extract_time_range, parse_time_range, question_date_text, time_order,
@@ -301,7 +301,7 @@ def test_llm_extractor_zero_shot_keeps_the_quirk_optional_and_checks_lengths():
 
 def test_llm_extractor_from_config_puts_the_response_cache_in_front(tmp_path, monkeypatch):
     canned = CannedLLM(lambda q: '{"start": "2023-04-01", "end": "2023-04-30"}')
-    monkeypatch.setitem(llm_config.BACKENDS, "local", lambda cfg, root: canned)
+    monkeypatch.setitem(llm_build.BACKENDS, "local", lambda cfg, root: canned)
     extractor = LLMTimeRangeExtractor.from_config({"backend": "local", "model": "canned"}, tmp_path)
     assert isinstance(extractor.llm, CachedLLM)
     assert days(extractor.extract("What did I do last month?", Q)) == ("2023-04-01", "2023-04-30")

@@ -1,7 +1,7 @@
 import pytest
 
 from pipelines.errors import ConfigError
-from pipelines.memory.embeddings import default_model_path
+from pipelines.models.embeddings import default_model_path
 from pipelines.memory.tokens import TokenCounter
 
 

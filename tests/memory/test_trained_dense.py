@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from pipelines.data import folds as folds_mod
 from pipelines.data.schema import Query
 from pipelines.emma import retriever as R
 from pipelines.errors import ConfigError
@@ -42,7 +43,7 @@ def _main(tmp_path, minilm_dir, trained_on=()):
     main.mkdir()
     for item in minilm_dir.iterdir():     # link the heavy towers, copy the small files
         (main / item.name).symlink_to(item) if item.is_dir() else shutil.copy(item, main / item.name)
-    R.write_trained_on(main, [mia_episode().model_copy(update={"id": e}) for e in trained_on], [])
+    folds_mod.write_trained_on(main, [mia_episode().model_copy(update={"id": e}) for e in trained_on], [])
     return main
 
 
@@ -52,7 +53,7 @@ def _add_folds(main, tiny_dir, held_out: list[list[str]]):
     for i, held in enumerate(held_out):
         shutil.copytree(tiny_dir, folds / f"fold-{i}")
         others = sorted({e for h in held_out for e in h} - set(held))
-        R.write_trained_on(folds / f"fold-{i}", [mia_episode().model_copy(update={"id": e}) for e in others], [])
+        folds_mod.write_trained_on(folds / f"fold-{i}", [mia_episode().model_copy(update={"id": e}) for e in others], [])
         manifest["folds"].append({"fold": i, "path": f"fold-{i}", "held_out": held, "trained_on": others})
     (folds / "folds.json").write_text(json.dumps(manifest))
 
@@ -89,7 +90,7 @@ def test_refuses_an_episode_the_model_trained_on(tmp_path, minilm_dir):
 
 def test_a_model_without_trained_on_is_refused(tmp_path, minilm_dir):
     main = _main(tmp_path, minilm_dir)
-    (main / R.TRAINED_ON).unlink()
+    (main / folds_mod.TRAINED_ON).unlink()
     with pytest.raises(ConfigError, match="cannot tell which episodes it trained on"):
         build_strategy("trained_dense", model_path=str(main))
 

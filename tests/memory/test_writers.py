@@ -17,7 +17,7 @@ from pipelines.emma.formats import SEP
 from pipelines.errors import ConfigError
 from pipelines.glong.extractor import SYSTEM_INSTRUCTION, user_message
 from pipelines.llm import LLM, Completion, GenerationSettings, LLMConfig
-from pipelines.llm import config as llm_config
+from pipelines.llm import build as llm_build
 from pipelines.llm.base import Messages, plain_prompt
 from pipelines.memory import Selector, build_strategy
 from pipelines.memory import writers
@@ -27,7 +27,8 @@ from pipelines.memory.session_summary import SessionSummary
 from pipelines.memory.writers import (DIALOGUE_INSTRUCTIONS, SUMMARY_INSTRUCTION, LLMExtractor, answer_text,
                                       as_memories, writer_reports)
 from tests.memory.conftest import build_episode
-from tests.memory.test_forget_and_isolation import FORGOTTEN, HashRetriever, held_strings, juno_episode, summariser
+from pipelines.memory.conformance import FORGOTTEN, held_strings, juno_episode
+from tests.memory.test_conformance import HashRetriever, summariser
 
 GRAPH = dict(embedder="hashing", hashing_dim=128, cache_dir=None)   # no MiniLM, no embedding cache
 LOCAL = {"backend": "local", "model": "canned"}                       # never loaded: the fake stands in
@@ -72,7 +73,7 @@ def fake(monkeypatch):
     def install(answer: Callable[[Messages], str], window: int | None = None) -> CannedLLM:
         llm = CannedLLM(answer, window)
         made.append(llm)
-        monkeypatch.setitem(llm_config.BACKENDS, "local", lambda cfg, root: llm)
+        monkeypatch.setitem(llm_build.BACKENDS, "local", lambda cfg, root: llm)
         return llm
 
     yield install
@@ -268,7 +269,7 @@ def test_session_summaries_written_by_an_llm_for_data_without_any(fake, tmp_path
 
 
 def test_a_fine_tuned_summariser_reads_the_prompt_of_g_longs_small_summariser(fake, tmp_path):
-    from pipelines.glong.importance import DIALOGUE_INSTRUCTION, summary_prompt
+    from pipelines.glong.prompts import DIALOGUE_INSTRUCTION, summary_prompt
     from pipelines.glong.tasks import session_summary_pairs
 
     llm = fake(lambda m: "A summary.")
@@ -349,8 +350,8 @@ def test_writer_settings_are_checked_naming_the_key(name, settings, message):
 
 def test_a_suite_file_sets_an_llm_writer_and_an_adapter_not_trained_yet_lists_the_strategy_as_missing(tmp_path):
     from pipelines.errors import ModelNotTrained
-    from pipelines.evaluate.report import evaluate_suite
     from pipelines.evaluate.suite import load_suite
+    from pipelines.evaluate.suite_run import evaluate_suite
 
     absent = str(tmp_path / "models" / "glong_extractor" / "adapter")
     llm = {"backend": "local", "model": "smollm2-135m-instruct", "adapter": absent}
@@ -387,8 +388,9 @@ def test_the_benchmark_reports_what_each_writer_did_in_its_run(fake, episode, tm
     """run_protocol records each LLM writer's figures for its own run (a second run: every answer from the cache,
     no new utterance parsed twice), and the suite report prints them as a table and writer/... metrics."""
     from pipelines.evaluate.protocol import ProtocolConfig, run_protocol
-    from pipelines.evaluate.report import SuiteRun, writer_rows, writers_markdown
+    from pipelines.evaluate.report import writers_markdown
     from pipelines.evaluate.suite import Suite
+    from pipelines.evaluate.suite_run import SuiteRun, writer_rows
     from pipelines.memory.tokens import DEFAULT_COUNTER
 
     fake(extractor_answer)

@@ -28,56 +28,16 @@ name (train / valid|val|validation|dev / test) and default to ``train``.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Callable, Iterator
-
 from pipelines.data.loaders.base import LoadResult
-from pipelines.data.schema import Episode
-from pipelines.errors import UnknownName, close_matches
-
-Loader = Callable[[str | Path], LoadResult]
-Streamer = Callable[[str | Path, LoadResult], Iterator[tuple[str, Episode]]]
-LOADERS: dict[str, Loader] = {}
-STREAMERS: dict[str, Streamer] = {}
-
-
-def register(name: str) -> Callable[[Loader], Loader]:
-    """Decorator: ``@register("locomo")`` makes ``get_loader("locomo")`` return the function."""
-    def deco(fn: Loader) -> Loader:
-        if name in LOADERS:
-            raise ValueError(f"loader '{name}' is registered twice")
-        LOADERS[name] = fn
-        return fn
-    return deco
-
-
-def register_stream(name: str) -> Callable[[Streamer], Streamer]:
-    """Decorator: ``@register_stream("longmemeval")`` makes ``get_streamer("longmemeval")`` return the function."""
-    def deco(fn: Streamer) -> Streamer:
-        if name in STREAMERS:
-            raise ValueError(f"streaming loader '{name}' is registered twice")
-        STREAMERS[name] = fn
-        return fn
-    return deco
-
-
-def get_streamer(name: str) -> Streamer | None:
-    """The streaming reader of source ``name``, None when it has none (ConfigError for an unknown source)."""
-    get_loader(name)
-    return STREAMERS.get(name)
-
-
-def get_loader(name: str) -> Loader:
-    """The loader registered under ``name``; ConfigError listing the known names otherwise."""
-    if name not in LOADERS:
-        raise UnknownName(f"unknown source '{name}'{close_matches(name, LOADERS)}; known sources: "
-                          f"{', '.join(sorted(LOADERS))}")
-    return LOADERS[name]
-
+from pipelines.data.loaders.registry import LOADERS, STREAMERS, Loader, Streamer, get_loader, get_streamer, register, \
+    register_stream
 
 # Importing the modules registers them.
 from pipelines.data.loaders import (canonical, convai2, locomo, longmemeval, misc, msc,  # noqa: E402,F401
                                     personaext, realmem)
+from pipelines.data.loaders.registry import load_loader_plugins  # noqa: E402
+
+load_loader_plugins()  # installed packages' loaders (entry points mnemos.loaders), after the built-ins
 
 __all__ = ["LOADERS", "STREAMERS", "LoadResult", "Loader", "Streamer", "get_loader", "get_streamer", "register",
            "register_stream"]

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.data.loaders import register
+from pipelines.data.loaders.registry import register
 from pipelines.data.loaders.base import LoadResult, Where, build, files_in, read_text, split_from_name
 from pipelines.data.schema import Episode, Session, Speaker, Turn
 

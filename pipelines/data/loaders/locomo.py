@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pipelines.data.loaders import register
+from pipelines.data.loaders.registry import register
 from pipelines.data.loaders.base import LoadResult, Where, build, check, get, load_json
 from pipelines.data.loaders.dates import parse_datetime
 from pipelines.data.schema import Episode, Memory, Query, Session, Speaker, Turn

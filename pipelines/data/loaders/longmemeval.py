@@ -65,7 +65,7 @@ from typing import Iterator
 
 from pydantic import ValidationError
 
-from pipelines.data.loaders import register, register_stream
+from pipelines.data.loaders.registry import register, register_stream
 from pipelines.data.loaders.base import (BLANK_TURN, LoadResult, Where, blank, build, check, get, str_list,
                                          stream_json_array)
 from pipelines.data.loaders.dates import parse_datetime

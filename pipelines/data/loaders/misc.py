@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pipelines.data.loaders import register
+from pipelines.data.loaders.registry import register
 from pipelines.data.loaders.base import (LoadResult, Where, build, check, files_in, iter_jsonl,
                                          split_from_name)
 from pipelines.data.schema import Episode, Memory, MemoryLink, Session, Speaker, Turn

@@ -48,7 +48,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from pipelines.data.loaders import register
+from pipelines.data.loaders.registry import register
 from pipelines.data.loaders.base import (LoadResult, Where, build, check, get, iter_records,
                                          split_from_name, str_list)
 from pipelines.data.loaders.dates import EPOCH, parse_gap

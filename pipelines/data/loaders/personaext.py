@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.data.loaders import register
+from pipelines.data.loaders.registry import register
 from pipelines.data.loaders.base import (LoadResult, Where, build, check, files_in, get,
                                          iter_jsonl, load_json, read_text, split_from_name)
 from pipelines.data.schema import Episode, Session, Speaker, Triplet, Turn

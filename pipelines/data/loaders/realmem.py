@@ -51,7 +51,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pipelines.data.loaders import register
+from pipelines.data.loaders.registry import register
 from pipelines.data.loaders.base import (BLANK_TURN, LoadResult, Where, blank, build, files_in, get,
                                          load_json, str_list)
 from pipelines.data.loaders.dates import parse_datetime

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from pipelines.data.sampling import evenly_spaced
 from pipelines.data.schema import Episode, Query
 from pipelines.evaluate.answers.types import AnswerItem
 from pipelines.evaluate.protocol import AnswerRequest, answerable
@@ -62,13 +63,6 @@ class Questions:
     items: list[Question]
     total: int                            # answerable questions before the cap
     not_answered: dict[str, int]          # reason -> questions left out (evidence_not_earlier; response: first_session)
-
-
-def evenly_spaced(items: Sequence, limit: int | None) -> list:
-    """At most ``limit`` of ``items``, evenly spaced, in order (all of them when ``limit`` is None)."""
-    from pipelines.mdr.evaluate import select_examples
-
-    return select_examples(items, limit)
 
 
 def select_questions(suite: Suite, episodes: Sequence[Episode], max_questions: int | None = None) -> Questions:

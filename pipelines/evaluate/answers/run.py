@@ -5,7 +5,7 @@ The flow of a suite with ``answers`` (pipelines/evaluate/stage.py and the CLI ``
 1. :func:`pipelines.evaluate.answers.readers.select_questions` picks the questions (the same for every reader)
    and :func:`~pipelines.evaluate.answers.readers.answer_request` asks the temporal protocol to record, for each
    of them, every strategy's ``context(query, budget)`` and top-k retrieved items at the question's time;
-2. :func:`pipelines.evaluate.report.evaluate_suite` scores the retrieval and records those contexts;
+2. :func:`pipelines.evaluate.suite_run.evaluate_suite` scores the retrieval and records those contexts;
 3. :func:`answer_suite` builds one :class:`AnswerItem` per (reader, setting, question) (the strategies that ran,
    in settings ``context`` and ``top<k>``; the reference readers ``full_history`` and ``oracle``), asks the reader
    model for every answer in one batched call (the suite's reader prompt), then has every judge of the suite
@@ -24,6 +24,8 @@ from typing import Any, Mapping, Sequence
 from pipelines.data.schema import Episode
 from pipelines.errors import ConfigError
 from pipelines.evaluate.answers.types import AnswerItem, AnswerRecord
+from pipelines.evaluate.suite import corpus_episodes
+from pipelines.evaluate.suite_run import evaluate_suite, plan_run, run_planned_shard
 from pipelines.llm.base import LLM, GenerationSettings
 
 
@@ -210,7 +212,8 @@ class AnswerLLMs:
     @property
     def reader(self) -> LLM:
         if self._reader is None:
-            from pipelines.llm.config import LLMConfig, build_llm
+            from pipelines.llm.build import build_llm
+            from pipelines.llm.config import LLMConfig
 
             self._reader = build_llm(LLMConfig.from_dict(self.config.get("reader"), "llm.reader"), self.cache_dir)
         return self._reader
@@ -218,7 +221,8 @@ class AnswerLLMs:
     @property
     def judge(self) -> LLM:
         if self._judge is None:
-            from pipelines.llm.config import LLMConfig, build_llm
+            from pipelines.llm.build import build_llm
+            from pipelines.llm.config import LLMConfig
 
             judge = self.config.get("judge")
             where = "llm.judge" if judge is not None else "llm.reader"
@@ -246,16 +250,13 @@ def evaluate_and_answer(suite, published: Sequence[Episode], strategy_settings: 
                         llms: AnswerLLMs | None = None, settings: AnswerSettings | None = None, *,
                         show_progress: bool = True, generation: Mapping[str, Any] | None = None,
                         run_dir=None, data_id: str = "", shards: int = 1, shard_folders=None):
-    """One suite as the benchmark stage and the CLI run it: the retrieval (:func:`~pipelines.evaluate.report.
+    """One suite as the benchmark stage and the CLI run it: the retrieval (:func:`~pipelines.evaluate.suite_run.
     evaluate_suite` over ``published`` under the suite's corpus) and, when the suite has ``answers`` and ``llms``
     are given, the answers (:func:`answer_suite`, the contexts recorded by that same protocol run).
     ``run_dir``, ``data_id``, ``shards``: as evaluate_suite's (each finished episode kept under ``run_dir``, so a
     killed run resumes; with ``shards`` > 1 the shards that :func:`evaluate_shard` wrote there, or in
     ``shard_folders``, are merged).
     Returns (SuiteRun, AnswerRun or None)."""
-    from pipelines.evaluate.report import evaluate_suite
-    from pipelines.evaluate.suite import corpus_episodes
-
     settings = settings or AnswerSettings()
     episodes = corpus_episodes(suite, published)
     questions, request = _request(suite, episodes, llms, settings)
@@ -277,9 +278,6 @@ def evaluate_shard(suite, published: Sequence[Episode], strategy_settings: Mappi
     """The retrieval of shard ``shard`` (a :class:`~pipelines.evaluate.shards.ShardSpec`) of a suite, kept under
     ``run_dir/shards/<suite>/<i>-of-<N>`` for :func:`evaluate_and_answer` with ``shards`` N to merge (the readers'
     contexts of the questions it will answer, when ``answering``, are recorded). Returns the shard's store."""
-    from pipelines.evaluate.report import plan_run, run_planned_shard
-    from pipelines.evaluate.suite import corpus_episodes
-
     settings = settings or AnswerSettings()
     episodes = corpus_episodes(suite, published)
     _, request = _request(suite, episodes, True if answering else None, settings)

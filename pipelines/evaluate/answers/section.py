@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from pipelines.evaluate.answers.aggregate import (CONTEXT, TOP_K, Summary, accuracy_at_k, flat, headline_key,
                                                   judges_in, summarise)
 from pipelines.evaluate.answers.types import REFERENCE_READERS
+from pipelines.evaluate.plots import MARKERS, figure, save
+from pipelines.evaluate.tables import markdown_table, oracle_reason, row_label
 
 if TYPE_CHECKING:
     from pipelines.evaluate.answers.run import AnswerRun
@@ -39,15 +41,11 @@ STATS = ("calls", "hits", "misses", "prompt_tokens", "completion_tokens", "cost_
 def reader_label(reader: str) -> str:
     """A reader's row in the answer tables: ``full_history (reference)`` for a reference reader, the strategy's
     own row label (``egocentric_gold (oracle)``) otherwise."""
-    from pipelines.evaluate.report import row_label
-
     return f"{reader} (reference)" if reader in REFERENCE_READERS else row_label(reader)
 
 
 def competes(reader: str) -> bool:
     """Whether a reader's figures can be bold (a real system: not a reference reader, not an oracle strategy)."""
-    from pipelines.evaluate.report import oracle_reason
-
     return reader not in REFERENCE_READERS and not oracle_reason(reader)
 
 
@@ -107,8 +105,6 @@ def _columns(summary: Summary, setting: str, judges: Sequence[str]
 
 def _table(rows: dict[str, dict[str, float]], columns: Sequence[str], ranked: Sequence[str],
            missing: Mapping[str, str], row_label: str = "reader") -> str:
-    from pipelines.evaluate.report import markdown_table
-
     decimals = {c: 0 if c.startswith("unparseable/") or c == "answered" else 1 if c.endswith("_tokens") else 4
                 for c in columns}
     labelled = {reader_label(reader): row for reader, row in rows.items()}
@@ -218,8 +214,6 @@ def _published(run: AnswerRun, summary: Summary, judges: Sequence[str],
     is matched by one of our figures in setting ``context`` (``<judge>/<metric>``; ``<judge>`` alone for its
     headline figure, e.g. ``geval_coherence``; the first judge's bare metric, e.g. ``accuracy``) or by
     Accuracy@k (``accuracy@<k>``)."""
-    from pipelines.evaluate.report import markdown_table
-
     reference = run.reference or {}
     published = reference.get("rows") or {}
     task = "responses" if run.task == "response" else "answers"
@@ -292,10 +286,8 @@ def plot_accuracy_vs_tokens(run: AnswerRun, summary: Summary, path: Path,
     """Each judge's headline figure against the mean context tokens: one panel per judge, one point per reader
     and setting; a strategy's settings (top k, then its budgeted context) joined by a line, the reference
     readers as stars; ``note`` (readers not run, and why) under the panels."""
-    from pipelines.evaluate.report import MARKERS, _figure, _save
-
     judges = judge_order(run, summary)
-    plt, fig, axes = _figure(max(1, len(judges)))
+    plt, fig, axes = figure(max(1, len(judges)))
     for ax, judge in zip(axes, judges):
         metric = None
         for j, (reader, settings) in enumerate(summary.items()):
@@ -313,7 +305,7 @@ def plot_accuracy_vs_tokens(run: AnswerRun, summary: Summary, path: Path,
                 if len(points) > 1:
                     ax.annotate(setting, (x, y), fontsize=6, textcoords="offset points", xytext=(3, 3))
         ax.set(title=f"{title}: {judge}", xlabel="mean context tokens", ylabel=metric or judge)
-    _save(plt, fig, axes, path, note)
+    save(plt, fig, axes, path, note)
 
 
 def plot_note(run: AnswerRun, strategies_missing: Mapping[str, str] | None = None) -> str:

@@ -71,7 +71,7 @@ from pipelines.memory.egocentric.store import AgentMemory, StoredMemory
 # The dialogue module as a text-to-text function: (input sequences, max new tokens) -> output sequences.
 Seq2Seq = Callable[[Sequence[str], int], list[str]]
 UNKNOWN_PARTNER = "USER"   # tag of the query's speaker when its session (hence its partner) is unknown
-DIALOGUE_CONFIG = "emma_dialogue.json"   # pipelines.emma.dialogue.CONFIG_FILE: what makes a saved module
+DIALOGUE_CONFIG = "emma_dialogue.json"   # pipelines.emma.dialogue_config.CONFIG_FILE: what makes a saved module
 
 
 class MemoSeq2Seq:

@@ -11,7 +11,7 @@ from pipelines.errors import ConfigError
 from pipelines.glong.config import PARK_DECAY_PER_HOUR, RetrievalConfig
 from pipelines.llm.config import DEFAULT_CACHE_DIR as LLM_CACHE_DIR
 from pipelines.memory.base import StrategyConfig
-from pipelines.memory.embeddings import DEFAULT_CACHE_DIR
+from pipelines.models.embeddings import DEFAULT_CACHE_DIR
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from pipelines.errors import ConfigError
-from pipelines.evaluate.report import evaluate_suite, write_headline, write_report
+from pipelines.evaluate.report import write_headline, write_report
 from pipelines.evaluate.suite import Suite
+from pipelines.evaluate.suite_run import evaluate_suite
 
 from tests.evaluate.answers._answer_runs import answer_run
 from tests.evaluate.conftest import build_episode

@@ -7,6 +7,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines import tracking
+from pipelines.evaluate.answers import traces as answer_traces
 from pipelines.errors import ConfigError
 from pipelines.evaluate.answers.judges import Mem0Judge
 from pipelines.evaluate.answers.prompts import reader_messages
@@ -22,7 +23,7 @@ def test_every_answer_is_a_trace_with_reader_and_judge_spans(mlflow_store, monke
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-in-a-trace")
     run = answer_run()
     with tracking.stage_run("benchmark", "mnemos-test", {"profile": "tiny"}) as tracker:
-        assert tracking.log_answer_traces(tracker, run, sample=1.0, seed=7) == len(run.records) == 15
+        assert answer_traces.log_answer_traces(tracker, run, sample=1.0, seed=7) == len(run.records) == 15
         run_id, experiment_id = tracker.run_id, tracker.experiment_id
     traces = _traces(mlflow_store, run_id, experiment_id)
     assert len(traces) == 15
@@ -63,24 +64,24 @@ def test_every_answer_is_a_trace_with_reader_and_judge_spans(mlflow_store, monke
 
 def test_sampling_draws_questions_deterministically_with_every_reader():
     run = answer_run()
-    half = tracking.traced_questions(run, 0.5, seed=1)
-    assert half == tracking.traced_questions(run, 0.5, seed=1)                  # a rerun traces the same ones
-    assert tracking.traced_questions(run, 1.0, seed=1) == {("p1", "Q1"), ("p1", "Q2"), ("p1", "Q5")}
-    assert tracking.traced_questions(run, 0.0, seed=1) == set()
-    draws = [len(tracking.traced_questions(run, 0.5, seed=s)) for s in range(40)]
+    half = answer_traces.traced_questions(run, 0.5, seed=1)
+    assert half == answer_traces.traced_questions(run, 0.5, seed=1)                  # a rerun traces the same ones
+    assert answer_traces.traced_questions(run, 1.0, seed=1) == {("p1", "Q1"), ("p1", "Q2"), ("p1", "Q5")}
+    assert answer_traces.traced_questions(run, 0.0, seed=1) == set()
+    draws = [len(answer_traces.traced_questions(run, 0.5, seed=s)) for s in range(40)]
     assert 0 in draws or 3 in draws or len(set(draws)) > 1                       # it depends on the seed
     assert 20 <= sum(draws) <= 100                                               # about half of 40 x 3
     with pytest.raises(ConfigError, match="llm.trace_sample must be a share in \\[0, 1\\], got 1.5"):
-        tracking.traced_questions(run, 1.5)
+        answer_traces.traced_questions(run, 1.5)
 
 
 def test_sampled_traces_in_the_store(mlflow_store):
     run = answer_run()
-    questions = tracking.traced_questions(run, 0.5, seed=2)
+    questions = answer_traces.traced_questions(run, 0.5, seed=2)
     assert 0 < len(questions) < 3                                     # seed 2 draws some of the questions
     with tracking.stage_run("benchmark", "mnemos-test", {"profile": "tiny"}) as tracker:
-        logged = tracking.log_answer_traces(tracker, run, sample=0.5, seed=2)
-        assert tracking.log_answer_traces(tracker, run, sample=0.0) == 0
+        logged = answer_traces.log_answer_traces(tracker, run, sample=0.5, seed=2)
+        assert answer_traces.log_answer_traces(tracker, run, sample=0.0) == 0
         run_id, experiment_id = tracker.run_id, tracker.experiment_id
     traces = _traces(mlflow_store, run_id, experiment_id)
     assert logged == len(traces) == 5 * len(questions)                # every reader and setting of a drawn question

@@ -80,26 +80,29 @@ def tiny_dialogue(tmp_path_factory):
     with LoRA, its BPE trained on a little synthetic data, then 15 steps on Mia's summarisation and linking
     examples so that it answers with words (a random init answers with nothing). ~10 s on one CPU core."""
     from pipelines.data.synthetic import SyntheticConfig, generate
-    from pipelines.emma import dialogue as D
+    from pipelines.emma.dialogue import EMMADialogue
+    from pipelines.emma.dialogue_config import EMMADialogueConfig
+    from pipelines.emma.dialogue_encoding import encode_examples
+    from pipelines.emma.dialogue_training import EMMADialogueTask, seq2seq_loss
     from pipelines.emma.formats import build_examples
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         episodes = generate(SyntheticConfig(episodes=2, sessions=3, turns=6, partners=2, queries_per_session=1))
-        cfg = D.EMMADialogueConfig(tokenizer_vocab_size=600, max_source_length=256, device="cpu", max_new_tokens=6)
-        task = D.EMMADialogueTask(cfg, build_examples(episodes), (), work_dir=tmp_path_factory.mktemp("emma"))
+        cfg = EMMADialogueConfig(tokenizer_vocab_size=600, max_source_length=256, device="cpu", max_new_tokens=6)
+        task = EMMADialogueTask(cfg, build_examples(episodes), (), work_dir=tmp_path_factory.mktemp("emma"))
         torch.manual_seed(0)
         model = task.build_model()
         mine = [e for e in build_examples([mia_episode()]) if e.task in ("summarize", "link")]
-        batch = task.collate(D.encode_examples(task.tokenizer, mine, 256, 64))
+        batch = task.collate(encode_examples(task.tokenizer, mine, 256, 64))
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
         model.train()
         for _ in range(15):
-            loss, _ = D.seq2seq_loss(model, batch)
+            loss, _ = seq2seq_loss(model, batch)
             loss.backward()
             opt.step()
             opt.zero_grad()
-        yield D.EMMADialogue(model, task.tokenizer, cfg)
+        yield EMMADialogue(model, task.tokenizer, cfg)
     finally:
         torch.set_num_threads(before)

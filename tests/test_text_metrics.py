@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from pipelines.evaluate.generation import bleu, distinct, generation_metrics, ngrams, rouge_l
+from pipelines.text_metrics import bleu, distinct, generation_metrics, ngrams, rouge_l
 
 
 def test_distinct_hand_computed():

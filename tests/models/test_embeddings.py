@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from pipelines.errors import ConfigError
-from pipelines.memory.embeddings import EmbeddingCache, Embedder, load_encoder, text_hash
+from pipelines.models.embeddings import EmbeddingCache, Embedder, load_encoder, text_hash
 
 
 class FakeEncoder:
@@ -74,7 +74,7 @@ def test_chunks_are_encoded_and_cached_one_by_one(tmp_path):
 
 
 def test_bf16_precision_is_cached_apart_and_close_to_fp32(tmp_path):
-    from pipelines.memory.embeddings import resolve_precision
+    from pipelines.models.embeddings import resolve_precision
 
     texts = ["I keep my grandmother's recipe box on the top shelf.", "We adopted a greyhound named Juno."]
     encoder = load_encoder(backend="torch")

@@ -13,7 +13,7 @@ import torch
 
 from pipelines.errors import ConfigError
 from pipelines.memory import build_strategy
-from pipelines.memory import embeddings as E
+from pipelines.models import embeddings as E
 from pipelines.memory.dense import DenseConfig
 
 TEXTS = ["user: I adopted a greyhound named Biscuit last week.",
