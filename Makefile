@@ -42,7 +42,7 @@ run-small: setup
 	@echo "Report: reports/benchmark.md (profile small)"
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 ui: setup
 	$(VENV)/bin/dagster dev -m assets.definitions -h 127.0.0.1 -p 3000
