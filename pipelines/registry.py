@@ -60,7 +60,7 @@ class Stage:
     group: Group
     description: str
     fn: Callable[..., StageResult]
-    inputs: tuple[str, ...]       # files or folders read (root-relative)
+    inputs: tuple[str, ...]       # files or folders read (root-relative; an output_of(stage) until mark_complete)
     outputs: tuple[str, ...]      # files or folders written (root-relative); built in staging, swapped in on success
     params: tuple[str, ...]       # top-level params.yaml sections the stage reads
     checks: tuple[CheckSpec, ...] = ()
@@ -108,6 +108,35 @@ class Stage:
 
 
 _REGISTRY: dict[str, Stage] = {}
+
+
+@dataclass(frozen=True)
+class OutputOf:
+    """An input declared as another stage's output, by that stage's name (``output_of("mdr_decoder")``): a stage of a
+    higher layer (the benchmark) reads the methods' models without knowing where their stages put them. Resolved to
+    the path when the registry is complete (:func:`mark_complete`)."""
+
+    stage: str
+    index: int = 0    # which of the stage's declared outputs
+
+    def resolve(self, reader: str) -> str:
+        if self.stage not in _REGISTRY:
+            raise ValueError(f"stage {reader!r} reads an output of stage {self.stage!r}, which is not registered")
+        outputs = _REGISTRY[self.stage].outputs
+        if not 0 <= self.index < len(outputs):
+            raise ValueError(f"stage {reader!r} reads output {self.index} of stage {self.stage!r}, which declares "
+                             f"{len(outputs)}")
+        return outputs[self.index]
+
+
+def output_of(stage: str, index: int = 0) -> OutputOf:
+    """Declare, among a stage's inputs, output ``index`` of ``stage``."""
+    return OutputOf(stage, index)
+
+
+def output(stage: str, index: int = 0) -> str:
+    """The path (root-relative) of output ``index`` of the registered ``stage`` (at run time)."""
+    return OutputOf(stage, index).resolve("a run")
 
 
 def stage(*, name: str, group: Group, inputs=(), outputs=(), params=(), checks=(), metrics=(),
@@ -198,8 +227,13 @@ def config_section(name: str, section: Section) -> Section:
 
 
 def mark_complete() -> None:
-    """Called by ``pipelines.stages`` once every stage package is imported: the declarations are whole."""
+    """Called by ``pipelines.stages`` once every stage package is imported: the declarations are whole, and the
+    inputs declared as another stage's output (:func:`output_of`) become its path."""
     global _COMPLETE
+    for name, stage_ in list(_REGISTRY.items()):
+        if any(isinstance(i, OutputOf) for i in stage_.inputs):
+            _REGISTRY[name] = dataclasses.replace(stage_, inputs=tuple(
+                i.resolve(name) if isinstance(i, OutputOf) else i for i in stage_.inputs))
     _COMPLETE = True
 
 

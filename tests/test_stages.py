@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pipelines.config import CODE_ROOT, resolve
@@ -107,3 +108,15 @@ def test_without_any_python_with_mnemos_the_launcher_says_how_to_get_one(tmp_pat
     assert proc.returncode == 127 and "ModuleNotFoundError" not in proc.stderr
     assert f"{project}/.venv/bin/python does not exist (run `make setup`)" in proc.stderr
     assert f"pip install -e {project}" in proc.stderr
+
+
+def test_the_benchmark_reads_the_method_stages_outputs_through_the_registry():
+    """pipelines/evaluate/stage.py names the stages whose models it reads (output_of), not their paths."""
+    from pipelines.registry import OutputOf
+
+    bench = STAGES["benchmark"]
+    for name in ("mdr_examples", "mdr_decoder", "emma_retriever", "emma_dialogue", "glong_extractor", "reranker"):
+        assert STAGES[name].outputs[0] in bench.inputs and upstream(bench).count(name) == 1
+    assert not any(isinstance(i, OutputOf) for s in STAGES.values() for i in s.inputs)   # all resolved
+    with pytest.raises(ValueError, match="reads an output of stage 'nosuch', which is not registered"):
+        OutputOf("nosuch").resolve("benchmark")

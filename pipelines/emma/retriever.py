@@ -80,6 +80,7 @@ from pipelines.models.minilm import minilm_path
 from pipelines.training.config import Tokens
 
 CONFIG_FILE = "retriever.json"
+EVAL_FILE = "retriever_eval.json"   # the emma_retriever stage's test scores, in the model folder (the report reads it)
 PAIRS = ("memory_tags", "questions", "session_questions")  # the kinds of training examples (RetrieverConfig.pairs)
 
 

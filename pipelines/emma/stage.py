@@ -20,6 +20,7 @@ from pipelines.data.folds import Folds
 from pipelines.data.stage import training_episodes, training_inputs, training_split
 from pipelines.emma.dialogue_config import EMMADialogueConfig
 from pipelines.emma.formats import FormatConfig
+from pipelines.emma.retriever import EVAL_FILE as RETRIEVER_EVAL
 from pipelines.emma.retriever import RetrieverConfig
 from pipelines.registry import Section, StageResult, config_section, stage
 from pipelines.training.config import train_section
@@ -27,7 +28,6 @@ from pipelines.training.config import train_section
 EXAMPLES = "data/tasks/emma"
 DIALOGUE, RETRIEVER = "models/emma_dialogue", "models/emma_retriever"
 CODE = ("pipelines/emma", "pipelines/training", "pipelines/models")
-RETRIEVER_EVAL = "retriever_eval.json"
 
 
 def _episodes(ctx, split: str) -> list:

@@ -8,22 +8,13 @@ import shutil
 from pipelines.config import load_params
 from pipelines.data.schema import iter_episodes
 from pipelines.data.stage import canonical_dir
-from pipelines.mdr.stage import DECODER as MDR_DECODER
-from pipelines.mdr.stage import EXAMPLES as MDR_EXAMPLES
-from pipelines.mdr.stage import STUDENT as MDR_STUDENT
-from pipelines.emma.stage import DIALOGUE as EMMA_DIALOGUE
-from pipelines.emma.stage import EXAMPLES as EMMA_EXAMPLES
-from pipelines.emma.stage import RETRIEVER as EMMA_RETRIEVER
-from pipelines.emma.stage import RETRIEVER_EVAL as EMMA_RETRIEVER_EVAL
-from pipelines.glong.stage import EVAL_FILE as GLONG_EVAL
-from pipelines.glong.stage import EXTRACTOR as GLONG_EXTRACTOR
-from pipelines.glong.stage import IMPORTANCE as GLONG_IMPORTANCE
 from pipelines.evaluate.settings import BenchmarkSettings
 from pipelines.evaluate.suite import strategy_defaults
 from pipelines.llm.config import LLMConfig, LLMSettings
 from pipelines.memory import STRATEGIES
-from pipelines.registry import Section, StageResult, config_section, stage
-from pipelines.rerank.stage import RERANKER
+from pipelines.emma.retriever import EVAL_FILE as EMMA_RETRIEVER_EVAL
+from pipelines.glong.extractor import EVAL_FILE as GLONG_EVAL
+from pipelines.registry import Section, StageResult, config_section, output, output_of, stage
 
 REPORT = "reports/benchmark.md"
 METRICS = "reports/metrics.json"
@@ -47,8 +38,8 @@ config_section("benchmark", Section((BenchmarkSettings,), sections={"strategy_se
     name: Section((cls.config_class,), base=_strategy_base(name)) for name, cls in STRATEGIES.items()})}))
 config_section("llm", Section((LLMSettings,), sections={
     "reader": Section((LLMConfig,)), "judge": Section((LLMConfig,), nullable=True)}))
-TRAINED = {"mdr_teacher": "models/mdr_teacher", "emma_retriever": EMMA_RETRIEVER, "emma_dialogue": EMMA_DIALOGUE,
-           "glong_importance": GLONG_IMPORTANCE, "glong_extractor": GLONG_EXTRACTOR, "reranker": RERANKER}
+# The trained models the report names (their outputs asked of the registry, pipelines.registry.output).
+TRAINED = ("mdr_teacher", "emma_retriever", "emma_dialogue", "glong_importance", "glong_extractor", "reranker")
 
 
 def _suites() -> list[str]:
@@ -91,8 +82,10 @@ def _shard_keys() -> tuple[str, ...]:
 
 
 PARAMS = ("benchmark", "synthetic", "mdr", "glong", "emma", "llm", "rerank")
-INPUTS = (*_suite_inputs(), MDR_EXAMPLES, MDR_STUDENT, MDR_DECODER, GLONG_EXTRACTOR, GLONG_IMPORTANCE,
-          EMMA_EXAMPLES, EMMA_DIALOGUE, EMMA_RETRIEVER, RERANKER)
+# The methods' outputs the benchmark reads, declared by their stages' names: the registry resolves the paths.
+INPUTS = (*_suite_inputs(), *(output_of(name) for name in (
+    "mdr_examples", "mdr_student", "mdr_decoder", "glong_extractor", "glong_importance", "emma_examples",
+    "emma_dialogue", "emma_retriever", "reranker")))
 CODE = ("pipelines/evaluate", "pipelines/memory", "pipelines/llm")
 
 
@@ -269,8 +262,8 @@ def _model_sizes(ctx) -> dict[str, str]:
         return f"{c.get('model_type', '?')} {layers}x{width}"
 
     out = {}
-    for stage_name, rel in TRAINED.items():
-        folder = ctx.path(rel)
+    for stage_name in TRAINED:
+        folder = ctx.path(output(stage_name))
         configs = sorted(folder.rglob("config.json")) if folder.is_dir() else []
         adapters = sorted(folder.rglob("adapter_config.json")) if folder.is_dir() else []
         if configs:
@@ -291,10 +284,10 @@ def _mdr_generation(ctx, episodes, split: str) -> dict:
     from pipelines.data.tasks import read_mdr_examples
     from pipelines.mdr.evaluate import PAPER_CONVAI2, evaluate_mdr
 
-    examples = read_mdr_examples(ctx.path(f"{MDR_EXAMPLES}/{split}.jsonl"))
+    examples = read_mdr_examples(ctx.path(f"{output('mdr_examples')}/{split}.jsonl"))
     index = {s.id: s.index for e in episodes for s in e.sessions}
     gen = ctx.config["mdr"].get("generation", {})
-    result = evaluate_mdr(ctx.path(MDR_DECODER), ctx.path(MDR_STUDENT), examples, session_index=index,
+    result = evaluate_mdr(ctx.path(output("mdr_decoder")), ctx.path(output("mdr_student")), examples, session_index=index,
                           max_new_tokens=gen.get("max_new_tokens", 32), seed=ctx.config.get("seed", 2022))
     cols = ["bleu-1", "bleu-2", "rouge-l", "dist-1", "dist-2", "c_dist-1", "c_dist-2", "s_dist-1", "s_dist-2"]
     rows = [f"| mdr (this run, profile `{ctx.profile}`, synthetic {split}) | "
@@ -332,9 +325,9 @@ def _extraction_section(ctx) -> tuple[str, dict]:
     fine-tuned model and (a pretrained base) of the same base prompted zero-shot (pipelines.glong.stage)."""
     import json
 
-    from pipelines.glong.stage import extraction_table
+    from pipelines.glong.extractor import extraction_table
 
-    scores = json.loads((ctx.path(GLONG_EXTRACTOR) / GLONG_EVAL).read_text())
+    scores = json.loads((ctx.path(output("glong_extractor")) / GLONG_EVAL).read_text())
     base = ((ctx.config.get("glong") or {}).get("extractor") or {}).get("model", "tiny")
     zero_shot = ("the same base prompted zero-shot with the same prompt and parser is the row beside it"
                  if any(k.startswith("zero_shot/") or "/zero_shot/" in k for k in scores)
@@ -398,7 +391,7 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
     emma_cfg = ctx.config.get("emma") or {}
     lines = ["## EMMA", "", "### Retriever (dual encoder, triplet loss on cosine distance, margin 0.2)", ""]
     emma: dict[str, float] = {}
-    eval_file = ctx.path(EMMA_RETRIEVER) / EMMA_RETRIEVER_EVAL
+    eval_file = ctx.path(output("emma_retriever")) / EMMA_RETRIEVER_EVAL
     if eval_file.is_file():
         scores = json.loads(eval_file.read_text())
         u, t = scores["untrained"], scores["trained"]
@@ -415,13 +408,13 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
 
     settings = dict(settings if settings is not None else strategy_defaults(["egocentric"], ctx.root)["egocentric"])
     limit = int(emma_cfg.get("eval_examples", 64))
-    examples_file = ctx.path(f"{EMMA_EXAMPLES}/{split}.jsonl")
+    examples_file = ctx.path(f"{output('emma_examples')}/{split}.jsonl")
     examples = ([e for e in iter_examples(examples_file) if e.task == "generation"][:limit]
                 if examples_file.is_file() else [])
     lines += [f"### Dialogue module ({_model_sizes(ctx).get('emma_dialogue', '?')}): generation", ""]
     absent = missing_models("egocentric", settings)
     if not examples or absent:
-        why = "; ".join(str(e) for e in absent) or f"no generation example in {EMMA_EXAMPLES}/{split}.jsonl"
+        why = "; ".join(str(e) for e in absent) or f"no generation example in {output('emma_examples')}/{split}.jsonl"
         return "\n".join(lines + [f"Not scored: {why}.", ""]), emma
 
     wanted = {e.episode_id for e in examples}
@@ -430,7 +423,7 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
         strategy = build_strategy("egocentric", **settings)
         # the responses are the trained module's, whoever writes the memories (a language model: dialogue_llm)
         dialogue = (None if strategy.config.needs_llm else strategy.dialogue) or load_dialogue(
-            settings.get("dialogue") or ctx.path(EMMA_DIALOGUE), strategy.config.dialogue_batch_size)
+            settings.get("dialogue") or ctx.path(output("emma_dialogue")), strategy.config.dialogue_batch_size)
     except ModelNotTrained as exc:
         return "\n".join(lines + [f"Not scored: {exc}.", ""]), emma
     budget = int((emma_cfg.get("dialogue") or {}).get("max_source_length", 1024))
@@ -539,7 +532,7 @@ def _emma_memory_writing(ctx, split: str, dialogue, config) -> tuple[list[str], 
     from pipelines.text_metrics import rouge_l
     from pipelines.data.sampling import evenly_spaced
 
-    examples_file = ctx.path(f"{EMMA_EXAMPLES}/{split}.jsonl")
+    examples_file = ctx.path(f"{output('emma_examples')}/{split}.jsonl")
     examples = list(iter_examples(examples_file)) if examples_file.is_file() else []
     dataset = {e.id: path.parent.name for path, eps in training_split(ctx, "emma", split) for e in eps}
     rows: dict[str, dict[str, float]] = {}

@@ -91,6 +91,7 @@ import yaml
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError, MissingInput, UnknownName, close_matches
 from pipelines.plugins import BUILT_IN, refuse_broken
+from pipelines.registry import output
 from pipelines.plugins import load as load_plugins
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -574,12 +575,24 @@ def memory_tag_queries(episode: Episode) -> Episode:
     return episode.model_copy(update={"queries": queries})
 
 
-def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "models",
+def trained_models(name: str, root: Path) -> dict[str, str]:
+    """The settings of strategy ``name`` that name a trained model (its class's ``model_settings``: setting -> the
+    stage that trains it), each that stage's output under ``root``, asked of the registry."""
+    from pipelines.memory import STRATEGIES
+
+    from pipelines.registry import registered
+
+    cls = STRATEGIES.get(name)
+    stages = registered()   # a plugin's model made by no stage of this project gets no default
+    return {setting: str(root / output(stage)) for setting, stage in (cls.model_settings if cls else {}).items()
+            if stage in stages}
+
+
+def strategy_defaults(strategies: Sequence[str], root: Path,
                       embedding_batch_size: int | None = None) -> dict[str, dict[str, Any]]:
     """Project defaults of the strategies' settings: caches under ``root/.cache`` (embeddings; the LLM layer's
-    response cache of the memory writers, ``llm_cache_dir``, as the benchmark's), trained models under
-    ``root/models`` (a strategy whose model is not there is listed as missing)."""
-    models = root / models_dir
+    response cache of the memory writers, ``llm_cache_dir``, as the benchmark's), trained models where their stages
+    put them under ``root`` (:func:`trained_models`; a strategy whose model is not there is listed as missing)."""
     cache = str(root / ".cache" / "embeddings")
     llm_cache = str(root / ".cache" / "llm")
     defaults: dict[str, dict[str, Any]] = {
@@ -588,30 +601,23 @@ def strategy_defaults(strategies: Sequence[str], root: Path, models_dir: str = "
         **{name: {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache}
            for name in ("fusion", "fusion_sessions", "fusion_time", "fusion_keys")},
         # the cross-encoder of the reranker stage over fusion_time's top turns
-        "rerank": {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache,
-                   "reranker_path": str(models / "reranker")},
-        # EMMA: memories written and linked by the trained dialogue module, retrieved by the trained retriever
-        "egocentric": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue"),
-                       "llm_cache_dir": llm_cache},
-        # the oracle: the dataset's own memories and links, the same retriever
-        "egocentric_gold": {"retriever": str(models / "emma_retriever"), "dialogue": str(models / "emma_dialogue"),
-                            "llm_cache_dir": llm_cache},
-        "graph": {"importance": "model", "importance_model": str(models / "glong_importance"),
-                  "extractor_model": str(models / "glong_extractor"), "cache_dir": cache, "llm_cache_dir": llm_cache},
+        "rerank": {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache},
+        # EMMA: memories written and linked by the trained dialogue module, retrieved by the trained retriever;
+        # egocentric_gold: the oracle, the dataset's own memories and links, the same retriever
+        "egocentric": {"llm_cache_dir": llm_cache},
+        "egocentric_gold": {"llm_cache_dir": llm_cache},
+        "graph": {"importance": "model", "cache_dir": cache, "llm_cache_dir": llm_cache},
         "session_summary": {"llm_cache_dir": llm_cache},
-        "mdr": {"teacher": str(models / "mdr_teacher")},
-        "trained_dense": {"model_path": str(models / "emma_retriever")},
+        "mdr": {},
+        "trained_dense": {},
     }
-    return {name: dict(defaults[name]) for name in strategies if name in defaults}
+    return {name: {**defaults[name], **trained_models(name, root)} for name in strategies if name in defaults}
 
 
-def generation_defaults(generation: Sequence[str], root: Path, models_dir: str = "models"
-                        ) -> dict[str, dict[str, Any]]:
-    """Project defaults of a suite's generators: the trained models under ``root/models`` (a
+def generation_defaults(generation: Sequence[str], root: Path) -> dict[str, dict[str, Any]]:
+    """Project defaults of a suite's generators: the trained models where their stages put them under ``root`` (a
     generator whose model is not there is listed as missing)."""
-    models = root / models_dir
     defaults: dict[str, dict[str, Any]] = {
-        "mdr": {"teacher": str(models / "mdr_teacher"), "student": str(models / "mdr_student"),
-                "decoder": str(models / "mdr_decoder")},
+        "mdr": {part: str(root / output(f"mdr_{part}")) for part in ("teacher", "student", "decoder")},
     }
     return {name: dict(defaults[name]) for name in generation if name in defaults}

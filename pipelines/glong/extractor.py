@@ -45,6 +45,7 @@ SYSTEM_INSTRUCTION = ("You are an expert in Knowledge Graph Construction. Extrac
 USER_TEMPLATE = 'Extract triplets from the following dialogue:\n"{speaker}: {text}"'
 KEYS = ("subject", "relation", "object")
 STATUSES = ("valid", "repaired", "dropped")
+EVAL_FILE = "extraction_eval.json"   # the glong_extractor stage's scores, in the model folder (the report reads it)
 
 
 # --- prompt ------------------------------------------------------------------------------------
@@ -395,3 +396,18 @@ def evaluate_extractor(extractor: TripletExtractor, examples: Sequence[Extractio
     """Triplet P/R/F1 on ``examples`` plus the parse counters of this evaluation."""
     parsed = extractor.parse([(e.speaker, e.text) for e in examples])
     return extraction_scores(parsed, [e.triplets for e in examples])
+
+
+def extraction_table(scores: dict[str, float]) -> str:
+    """The scores of :func:`pipelines.glong.stage.extraction_scores_by_source` as a markdown table: a row per dataset and model."""
+    prefixes = dict.fromkeys(k.removesuffix("triplet_f1") for k in scores if k.endswith("triplet_f1"))
+    figures = ("triplet_precision", "triplet_recall", "triplet_f1")
+    counts = ("triplet_predicted", "triplet_gold", "parse_valid", "parse_repaired", "parse_dropped")
+    lines = ["| held back | model | precision | recall | F1 | predicted | gold | parsed valid | repaired | dropped |",
+             "| --- | --- |" + " ---: |" * (len(figures) + len(counts))]
+    for prefix in prefixes:
+        dataset = prefix.removesuffix("zero_shot/").removesuffix("/") or "all"
+        model = "zero-shot base" if prefix.endswith("zero_shot/") else "fine-tuned"
+        values = [f"{scores[prefix + k]:.3f}" for k in figures] + [f"{scores[prefix + k]:.0f}" for k in counts]
+        lines.append(f"| {dataset} | {model} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 
 from pipelines.data.stage import canonical_dir, training_inputs
+from pipelines.glong.extractor import EVAL_FILE, extraction_table
 from pipelines.glong.config import ExtractorTrainConfig, GLongStageSettings, SummariserTrainConfig
 from pipelines.registry import Section, StageResult, config_section, stage
 from pipelines.training.config import train_section
 
 EXTRACTOR, IMPORTANCE = "models/glong_extractor", "models/glong_importance"
 CODE = ("pipelines/glong", "pipelines/training", "pipelines/models")
-EVAL_FILE = "extraction_eval.json"
 
 config_section("glong", Section((GLongStageSettings,), sections={
     "extractor": Section((ExtractorTrainConfig,)), "extractor_train": train_section(),
@@ -78,21 +78,6 @@ def extraction_scores_by_source(extractor, held_back: dict[str, list], zero_shot
                                for k, v in extraction_scores(parsed[start:end], gold[start:end]).items()})
             start = end
     return scores
-
-
-def extraction_table(scores: dict[str, float]) -> str:
-    """The scores of :func:`extraction_scores_by_source` as a markdown table: a row per dataset and model."""
-    prefixes = dict.fromkeys(k.removesuffix("triplet_f1") for k in scores if k.endswith("triplet_f1"))
-    figures = ("triplet_precision", "triplet_recall", "triplet_f1")
-    counts = ("triplet_predicted", "triplet_gold", "parse_valid", "parse_repaired", "parse_dropped")
-    lines = ["| held back | model | precision | recall | F1 | predicted | gold | parsed valid | repaired | dropped |",
-             "| --- | --- |" + " ---: |" * (len(figures) + len(counts))]
-    for prefix in prefixes:
-        dataset = prefix.removesuffix("zero_shot/").removesuffix("/") or "all"
-        model = "zero-shot base" if prefix.endswith("zero_shot/") else "fine-tuned"
-        values = [f"{scores[prefix + k]:.3f}" for k in figures] + [f"{scores[prefix + k]:.0f}" for k in counts]
-        lines.append(f"| {dataset} | {model} | " + " | ".join(values) + " |")
-    return "\n".join(lines) + "\n"
 
 
 @stage(name="glong_extractor", group="glong", params=("glong",), inputs=training_inputs("glong"),

@@ -14,6 +14,8 @@ import json
 import pytest
 import torch
 
+from pipelines.emma.retriever import EVAL_FILE
+from pipelines.registry import output
 from pipelines.data.schema import write_episodes
 from pipelines.emma.formats import build_examples, write_examples
 from pipelines.evaluate import stage as S
@@ -66,13 +68,13 @@ def emma_ctx(tmp_path, monkeypatch):
     scores and (stand-in) trained model folders; the models are the doubles above."""
     episode = mia_episode()
     write_episodes(tmp_path / "data/canonical/synthetic/test.jsonl", [episode])
-    write_examples(tmp_path / S.EMMA_EXAMPLES / "test.jsonl", build_examples([episode]))
-    (tmp_path / S.EMMA_RETRIEVER).mkdir(parents=True)
-    (tmp_path / S.EMMA_RETRIEVER / S.EMMA_RETRIEVER_EVAL).write_text(json.dumps({
+    write_examples(tmp_path / output("emma_examples") / "test.jsonl", build_examples([episode]))
+    (tmp_path / output("emma_retriever")).mkdir(parents=True)
+    (tmp_path / output("emma_retriever") / EVAL_FILE).write_text(json.dumps({
         "untrained": {"recall@1": 0.25, "mrr": 0.5, "queries": 4.0},
         "trained": {"recall@1": 0.75, "mrr": 0.875, "queries": 4.0}}))
-    (tmp_path / S.EMMA_DIALOGUE).mkdir(parents=True)
-    (tmp_path / S.EMMA_DIALOGUE / ego.DIALOGUE_CONFIG).write_text("{}")
+    (tmp_path / output("emma_dialogue")).mkdir(parents=True)
+    (tmp_path / output("emma_dialogue") / ego.DIALOGUE_CONFIG).write_text("{}")
     calls = []
     memo = MemoSeq2Seq(fake_dialogue(calls))
     monkeypatch.setattr(ego, "load_dialogue", lambda ref, batch_size=32: memo)
@@ -160,8 +162,8 @@ def test_labels_follow_the_config_in_use(emma_ctx):
 
 def test_without_a_dialogue_module_the_generation_is_listed_as_missing(emma_ctx):
     ctx, _ = emma_ctx
-    (ctx.root / S.EMMA_DIALOGUE / ego.DIALOGUE_CONFIG).unlink()
-    (ctx.root / S.EMMA_DIALOGUE).rmdir()
+    (ctx.root / output("emma_dialogue") / ego.DIALOGUE_CONFIG).unlink()
+    (ctx.root / output("emma_dialogue")).rmdir()
     md, metrics = S._emma_section(ctx, "test")
     assert "Not scored: strategy 'egocentric': dialogue" in md and "run stage 'emma_dialogue' first" in md
     assert not any(k.startswith("generation") for k in metrics) and metrics["retriever/untrained/recall@1"] == 0.25
@@ -169,7 +171,7 @@ def test_without_a_dialogue_module_the_generation_is_listed_as_missing(emma_ctx)
 
 def test_a_folder_without_a_saved_dialogue_module_is_listed_as_missing(emma_ctx):
     ctx, _ = emma_ctx
-    (ctx.root / S.EMMA_DIALOGUE / ego.DIALOGUE_CONFIG).unlink()          # the folder stays, empty
+    (ctx.root / output("emma_dialogue") / ego.DIALOGUE_CONFIG).unlink()          # the folder stays, empty
     md, metrics = S._emma_section(ctx, "test")
     assert "Not scored: strategy 'egocentric': dialogue" in md and "is not a trained EMMA dialogue module" in md
     assert not any(k.startswith("generation") for k in metrics)
@@ -182,7 +184,7 @@ def test_the_memory_writing_is_scored_against_the_examples_targets(emma_ctx):
 
     ctx, _ = emma_ctx
     md, metrics = S._emma_section(ctx, "test")
-    examples = list(iter_examples(ctx.root / S.EMMA_EXAMPLES / "test.jsonl"))
+    examples = list(iter_examples(ctx.root / output("emma_examples") / "test.jsonl"))
     summaries = [e for e in examples if e.task == "summarize"]
     links = [e for e in examples if e.task == "link"]
     written = fake_dialogue([])([e.source for e in summaries], 64)
