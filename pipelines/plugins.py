@@ -59,7 +59,7 @@ class Plugin:
 
 _ORIGINS: dict[str, dict[str, Plugin]] = {}   # group -> name -> loaded plugin
 _BROKEN: dict[str, dict[str, Plugin]] = {}    # group -> name -> broken plugin
-_WARNED: set[tuple[str, str]] = set()
+_LOADED: dict[str, list[Plugin]] = {}         # group -> its plugins, loaded and broken (each group loads once)
 _LOADING: list[str] = []                       # the group being loaded (loads do not nest)
 _DEFERRED: list[tuple] = []                     # loads asked for meanwhile
 
@@ -76,30 +76,30 @@ def load(group: str, registry: MutableMapping[str, Any], check: Callable[[str, A
     ``check(name, obj)`` says why ``obj`` cannot be used (None when it can); ``register(name, obj)`` adds it
     (default: ``registry[name] = obj``). A name already in ``registry`` is a built-in's (or an earlier
     plugin's): the plugin is refused, the registry keeps what it had. Returns the plugins of the group, loaded
-    and broken. Loading twice is a no-op for names already loaded.
+    and broken. A group is loaded once a process (its entry points read once); later calls return that result.
     """
+    if group in _LOADED:
+        return _LOADED[group]
     if _LOADING:   # a plugin's module, imported by another group's load, imports a registry that loads its group:
-        _DEFERRED.append((group, registry, check, register))   # done once the module is whole (no half import)
+        if all(deferred[0] != group for deferred in _DEFERRED):   # done once the module is whole (no half import)
+            _DEFERRED.append((group, registry, check, register))
         return []
     _LOADING.append(group)
     try:
-        found = _load(group, registry, check, register)
+        _LOADED[group] = _load(group, registry, check, register)
     finally:
         _LOADING.pop()
     while _DEFERRED and not _LOADING:
         load(*_DEFERRED.pop(0))
-    return found
+    return _LOADED[group]
 
 
 def _load(group, registry, check, register) -> list[Plugin]:
     origins, broken = _ORIGINS.setdefault(group, {}), _BROKEN.setdefault(group, {})
-    taken = set(registry) - set(origins)   # the built-ins (what the registry held before any plugin)
+    taken = set(registry)   # the built-ins
     found = []
     for ep in sorted(entry_points(group=group), key=lambda e: e.name):
         plugin = Plugin(group, ep.name, ep.value, _package(ep))
-        if ep.name in origins and origins[ep.name].value == ep.value:
-            found.append(origins[ep.name])
-            continue
         error = None
         if ep.name in taken or ep.name in origins:
             owner = origins.get(ep.name)
@@ -125,9 +125,7 @@ def _load(group, registry, check, register) -> list[Plugin]:
         if error is not None:
             plugin = Plugin(group, ep.name, ep.value, plugin.package, error)
             broken[ep.name] = plugin
-            if (group, ep.name) not in _WARNED:
-                _WARNED.add((group, ep.name))
-                log.warning("mnemos: %s is left out: %s", plugin.describe(), error)
+            log.warning("mnemos: %s is left out: %s", plugin.describe(), error)
         found.append(plugin)
     return found
 

@@ -18,7 +18,8 @@ def tmp_project(root: Path) -> Path:
     return root
 
 
-def run_cli(args: list[str], root: Path, timeout: float = 300, extra_path: list[Path] = ()) -> subprocess.CompletedProcess:
+def run_cli(args: list[str], root: Path, timeout: float = 300,
+            extra_path: list[Path] = ()) -> subprocess.CompletedProcess:
     """``python -m pipelines ARGS`` in project ``root``; ``extra_path``: folders put on the PYTHONPATH after the
     repository (e.g. one holding an installed plugin package)."""
     path = os.pathsep.join([str(REPO), *(str(p) for p in extra_path)])

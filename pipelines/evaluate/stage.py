@@ -8,12 +8,12 @@ import shutil
 from pipelines.config import load_params
 from pipelines.data.schema import iter_episodes
 from pipelines.data.stage import canonical_dir
+from pipelines.emma.retriever import EVAL_FILE as EMMA_RETRIEVER_EVAL
 from pipelines.evaluate.settings import BenchmarkSettings
 from pipelines.evaluate.suite import strategy_defaults
+from pipelines.glong.extractor import EVAL_FILE as GLONG_EVAL
 from pipelines.llm.config import LLMConfig, LLMSettings
 from pipelines.memory import STRATEGIES
-from pipelines.emma.retriever import EVAL_FILE as EMMA_RETRIEVER_EVAL
-from pipelines.glong.extractor import EVAL_FILE as GLONG_EVAL
 from pipelines.registry import Section, StageResult, config_section, output, output_of, stage
 
 REPORT = "reports/benchmark.md"
@@ -287,8 +287,8 @@ def _mdr_generation(ctx, episodes, split: str) -> dict:
     examples = read_mdr_examples(ctx.path(f"{output('mdr_examples')}/{split}.jsonl"))
     index = {s.id: s.index for e in episodes for s in e.sessions}
     gen = ctx.config["mdr"].get("generation", {})
-    result = evaluate_mdr(ctx.path(output("mdr_decoder")), ctx.path(output("mdr_student")), examples, session_index=index,
-                          max_new_tokens=gen.get("max_new_tokens", 32), seed=ctx.config.get("seed", 2022))
+    result = evaluate_mdr(ctx.path(output("mdr_decoder")), ctx.path(output("mdr_student")), examples,
+                          session_index=index, max_new_tokens=gen.get("max_new_tokens", 32), seed=ctx.config.get("seed", 2022))
     cols = ["bleu-1", "bleu-2", "rouge-l", "dist-1", "dist-2", "c_dist-1", "c_dist-2", "s_dist-1", "s_dist-2"]
     rows = [f"| mdr (this run, profile `{ctx.profile}`, synthetic {split}) | "
             + " | ".join(f"{result['overall'][c]:.2f}" if c.startswith(("bleu", "rouge")) else f"{result['overall'][c]:.3f}"

@@ -90,9 +90,9 @@ import yaml
 
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError, MissingInput, UnknownName, close_matches
-from pipelines.plugins import BUILT_IN, refuse_broken
-from pipelines.registry import output
 from pipelines.plugins import load as load_plugins
+from pipelines.plugins import origin, refuse_broken
+from pipelines.registry import output, registered
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 RETRIEVAL_METRICS = ("recall", "recall_any", "recall_all", "ndcg_any", "mrr")
@@ -349,17 +349,15 @@ def plugin_suites() -> dict[str, Path]:
     """The suites of installed packages (entry points ``mnemos.suites``), by name; a shipped suite's name is
     refused to a plugin (the shipped one stays)."""
     shipped = {p.stem: p for p in SUITES_DIR.glob("*.yaml")}
-    registry = {**shipped, **_PLUGIN_SUITES}
-    load_plugins(SUITE_PLUGINS, registry, _check_suite_file,
+    load_plugins(SUITE_PLUGINS, shipped, _check_suite_file,
                  register=lambda name, path: _PLUGIN_SUITES.__setitem__(name, Path(path)))
     return dict(_PLUGIN_SUITES)
 
 
 def suite_origin(name: str) -> str:
     """``built-in`` for a shipped suite, else the package (and version) that installs it."""
-    from pipelines.plugins import origin
-
-    return origin(SUITE_PLUGINS, name) if name in plugin_suites() else BUILT_IN
+    plugin_suites()
+    return origin(SUITE_PLUGINS, name)
 
 
 def list_suites() -> list[str]:
@@ -579,8 +577,6 @@ def trained_models(name: str, root: Path) -> dict[str, str]:
     """The settings of strategy ``name`` that name a trained model (its class's ``model_settings``: setting -> the
     stage that trains it), each that stage's output under ``root``, asked of the registry."""
     from pipelines.memory import STRATEGIES
-
-    from pipelines.registry import registered
 
     cls = STRATEGIES.get(name)
     stages = registered()   # a plugin's model made by no stage of this project gets no default

@@ -25,11 +25,6 @@ from pipelines.errors import ConfigError
 PARK_DECAY_PER_HOUR = 0.995  # Park et al. (2023): recency = 0.995 ** hours since last access
 
 
-def _positive_int(section: str, name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{section}.{name} must be a positive integer, got {value!r}.")
-
-
 def _nonneg_float(section: str, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value < 0:
@@ -62,7 +57,7 @@ class RetrievalConfig:
 
     def __post_init__(self) -> None:
         for name in ("k_anchor", "hops", "coarse_n", "final_k"):
-            _positive_int("glong.retrieval", name, getattr(self, name))
+            positive_int(f"glong.retrieval.{name}", getattr(self, name))
         for name in ("a", "b", "c", "lam"):
             _nonneg_float("glong.retrieval", name, getattr(self, name))
         if self.final_k > self.coarse_n:
@@ -92,8 +87,8 @@ class ImportanceConfig:
     max_summary_tokens: int = 64    # greedy decoding stops at EOS or after this many tokens
 
     def __post_init__(self) -> None:
-        _positive_int("glong.importance", "max_input_tokens", self.max_input_tokens)
-        _positive_int("glong.importance", "max_summary_tokens", self.max_summary_tokens)
+        positive_int("glong.importance.max_input_tokens", self.max_input_tokens)
+        positive_int("glong.importance.max_summary_tokens", self.max_summary_tokens)
         if not isinstance(self.separator, str) or not self.separator:
             raise ConfigError("glong.importance.separator must be a non-empty string, or two "
                               "triplets would run into one another.")
@@ -132,7 +127,7 @@ class ExtractorTrainConfig:
         if self.arch not in ("causal", "seq2seq"):
             raise ConfigError(f"glong.extractor.arch must be 'causal' or 'seq2seq', got {self.arch!r}.")
         for name in ("tokenizer_vocab", "lora_r", "lora_alpha", "max_length", "max_new_tokens"):
-            _positive_int("glong.extractor", name, getattr(self, name))
+            positive_int(f"glong.extractor.{name}", getattr(self, name))
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ConfigError(f"glong.extractor.lora_dropout must lie in [0, 1), got {self.lora_dropout!r}.")
         if self.arch == "causal" and self.max_new_tokens >= self.max_length:
@@ -174,10 +169,10 @@ class SummariserTrainConfig:
         if self.arch not in ("seq2seq", "causal"):
             raise ConfigError(f"glong.summariser.arch must be 'seq2seq' or 'causal', got {self.arch!r}.")
         for name in ("tokenizer_vocab", "max_source_tokens", "max_target_tokens", "lora_r", "lora_alpha"):
-            _positive_int("glong.summariser", name, getattr(self, name))
+            positive_int(f"glong.summariser.{name}", getattr(self, name))
         for name in ("max_train_pairs", "max_valid_pairs"):
             if getattr(self, name) is not None:
-                _positive_int("glong.summariser", name, getattr(self, name))
+                positive_int(f"glong.summariser.{name}", getattr(self, name))
         if isinstance(self.holdout_episodes, bool) or not isinstance(self.holdout_episodes, int) \
                 or self.holdout_episodes < 0:
             raise ConfigError("glong.summariser.holdout_episodes must be an integer >= 0, "
