@@ -421,7 +421,8 @@ def _writer_counts() -> dict[tuple[str, str], dict[str, Any]]:
 
 def _writer_delta(before: dict, after: dict) -> list[dict[str, Any]]:
     """What each writer did between two :func:`_writer_counts` (numbers subtracted, nested counts too); the writers
-    that did nothing are left out."""
+    that did nothing are left out (a product's writer whose every prompt was refused, or whose product failed, did
+    something: it is kept, to say why its memory is empty)."""
     def minus(new: Any, old: Any) -> Any:
         if isinstance(new, dict):
             return {k: minus(v, (old or {}).get(k) if isinstance(old, dict) else None) for k, v in new.items()}
@@ -432,7 +433,7 @@ def _writer_delta(before: dict, after: dict) -> list[dict[str, Any]]:
     out = []
     for key, report in after.items():
         delta = minus(report, before.get(key))
-        if delta.get("calls", 0) or delta.get("utterances", 0):
+        if any(delta.get(k, 0) for k in ("calls", "utterances", "refused_too_long", "product_errors")):
             out.append(delta)
     return out
 

@@ -240,7 +240,7 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny", answers: AnswerRun | N
     if empty:  # ran, but their memory never gave an item: say so under the tables, not only zeros
         main += ("\n\n**Retrieved nothing:** " + "; ".join(
             f"`{name}` returned no item for any of its {results[name].aggregate()['overall']['queries']} scored "
-            "queries" for name in empty) + (". Its memory" if len(empty) == 1 else ". Their memories")
+            "queries" + (f" ({run.why_empty(name)})" if run.why_empty(name) else "") for name in empty) + (". Its memory" if len(empty) == 1 else ". Their memories")
             + " stayed empty on this data: the zeros measure no retrieval, not a poor one.")
     lines = [f"## Suite `{suite.name}` (version {suite.version})", ""]
     if suite.description:

@@ -607,6 +607,15 @@ def strategy_defaults(strategies: Sequence[str], root: Path,
         "mdr": {},
         "trained_dense": {},
     }
+    from pipelines.memory import STRATEGIES
+
+    for name in strategies:   # any other strategy (the products' adapters, a plugin's): the caches its config has
+        if name not in defaults and name in STRATEGIES:
+            fields_ = {f.name for f in fields(STRATEGIES[name].config_class)}
+            caches = {key: value for key, value in (("cache_dir", cache), ("llm_cache_dir", llm_cache),
+                                                    ("batch_size", embedding_batch_size)) if key in fields_}
+            if caches:
+                defaults[name] = caches
     return {name: {**defaults[name], **trained_models(name, root)} for name in strategies if name in defaults}
 
 

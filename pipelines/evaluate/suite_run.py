@@ -76,6 +76,19 @@ class SuiteRun:
         this data), besides those that keep nothing by design (``no_history``)."""
         return [name for name, r in self.results.items() if name not in EMPTY_BY_DESIGN and r.retrieved_nothing()]
 
+    def why_empty(self, name: str) -> str:
+        """What the language-model writers of strategy ``name`` say about an empty memory: the model, the prompts
+        over its window, the answers the product could not read, the product's errors (empty when none)."""
+        parts = []
+        for w in self.results[name].writers:
+            counts = [f"{w[key]} {label}" for key, label in (("refused_too_long", "prompts over the model's window"),
+                                                              ("unreadable", "answers the product could not read"),
+                                                              ("product_errors", "product errors"))
+                      if w.get(key)]
+            if counts:
+                parts.append(f"{w['model']}: {', '.join(counts)}")
+        return "; ".join(parts)
+
     def counts(self) -> dict[str, dict[str, int]]:
         """Strategy -> queries scored and queries excluded, by reason (the report's "Queries" table)."""
         return {name: {"scored": r.aggregate()["overall"]["queries"], **r.exclusion_counts()}
@@ -91,7 +104,11 @@ class SuiteRun:
 WRITER_COLUMNS = {"calls": "requests", "hits": "cache hits", "misses": "asked", "prompt_tokens": "prompt tokens",
                   "completion_tokens": "completion tokens", "seconds": "seconds", "truncated": "cut to window",
                   "utterances": "utterances", "triplets": "triplets", "parse/valid": "parsed",
-                  "parse/repaired": "repaired", "parse/dropped": "unparseable"}
+                  "parse/repaired": "repaired", "parse/dropped": "unparseable",
+                  # a memory product's calls (pipelines/memory/peers, LLMChat): prompts refused for the model's
+                  # window, and what the product made of the answers
+                  "refused_too_long": "over the window", "memories_written": "memories written",
+                  "unreadable": "answers the product could not read", "product_errors": "product errors"}
 
 
 def writer_rows(run: SuiteRun) -> dict[str, dict[str, float]]:

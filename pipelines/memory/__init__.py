@@ -12,6 +12,7 @@ from pipelines.memory.tokens import DEFAULT_COUNTER, TokenCounter
 from pipelines.memory import no_history, long_context, bm25, dense, hybrid, fusion, session_summary, trained_dense  # noqa: E402,F401
 from pipelines.memory import rerank  # noqa: E402,F401
 from pipelines.memory import graph, egocentric, mdr  # noqa: E402,F401
+from pipelines.memory import peers  # noqa: E402,F401  (the products: mem0, ...)
 from pipelines.memory.base import load_strategy_plugins  # noqa: E402
 
 load_strategy_plugins()  # installed packages' strategies, after the built-ins (pipelines/plugins.py)

@@ -95,6 +95,18 @@ class DenseConfig(StrategyConfig):
         return DEFAULT_MODEL_NAME if self.model_path is None else str(self.model_path)
 
 
+def build_embedder(c: DenseConfig) -> Embedder:
+    """The encoder and embedding cache ``c`` names (backend, quantization and device resolved for this machine): the
+    dense ranker's, and that of any strategy embedding with the dense settings (the peers' embedders)."""
+    device = resolve_device(c.device)                       # ConfigError: cuda asked, none visible
+    backend = resolve_backend(c.backend, device, c.precision)
+    check_backend(backend, c.quantization, c.precision, device)
+    quantization = resolve_quantization(c.quantization, backend)
+    cache = EmbeddingCache(c.cache_dir) if c.cache_dir else None
+    return Embedder(load_encoder(c.model_path, device, backend, quantization, c.export_dir), c.cache_key, cache,
+                    c.batch_size, precision=c.precision, device=device, backend=backend, quantization=quantization)
+
+
 @register_strategy("dense")
 class Dense(TurnStrategy):
     """Cosine similarity of normalised sentence embeddings over the held turns."""
@@ -109,16 +121,7 @@ class Dense(TurnStrategy):
     def __init__(self, config=None, counter=None, embedder: Embedder | None = None):
         super().__init__(config, counter)
         c = self.config
-        if embedder is None:
-            device = resolve_device(c.device)                       # ConfigError: cuda asked, none visible
-            backend = resolve_backend(c.backend, device, c.precision)
-            check_backend(backend, c.quantization, c.precision, device)
-            quantization = resolve_quantization(c.quantization, backend)
-            cache = EmbeddingCache(c.cache_dir) if c.cache_dir else None
-            embedder = Embedder(load_encoder(c.model_path, device, backend, quantization, c.export_dir), c.cache_key,
-                                cache, c.batch_size, precision=c.precision, device=device, backend=backend,
-                                quantization=quantization)
-        self.embedder = embedder
+        self.embedder = embedder if embedder is not None else build_embedder(c)
 
     def _empty_scope(self) -> dict:
         c = self.config

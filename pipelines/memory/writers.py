@@ -57,7 +57,8 @@ log = logging.getLogger("mnemos")
 # Defaults of a writer's LLM settings under the ones configured: a JSON list of triplets or a summary needs more
 # than the layer's 64 new tokens.
 WRITER_DEFAULTS: dict[str, dict[str, Any]] = {"extractor": {"max_new_tokens": 128}, "dialogue": {},
-                                              "summariser": {"max_new_tokens": 160}}
+                                              "summariser": {"max_new_tokens": 160},
+                                              "chat": {"max_new_tokens": 512}}   # a product's JSON answer
 DIALOGUE_INSTRUCTIONS = {
     "summarize": (
         "You write the long-term memory of a dialogue agent. The input is 'summarize [ABOUT_X]:' followed by a "
@@ -319,8 +320,54 @@ class LLMSummariser(Writer):
         return self.forget_requests([self.messages(r) for r in requests], self.settings())
 
 
+class PromptTooLong(Exception):
+    """A product's prompt that does not fit its model's window: refused, never cut (a cut prompt is another
+    product)."""
+
+
+class LLMChat(Writer):
+    """A memory product's own language-model calls (pipelines/memory/peers): each conversation the product asks, as
+    it asks it, answered through the layer (response cache, token counts, seconds). Never cut to the window: a
+    prompt that does not fit beside ``max_new_tokens`` raises :class:`PromptTooLong` and is counted
+    (``refused_too_long``); the product's outcome of each answer is counted by its adapter (:meth:`outcome`)."""
+
+    kind = "chat"
+
+    def __init__(self, llm: LLM, config: LLMConfig, role: str = "peer.llm"):
+        super().__init__(llm, config, role)
+        self.refused_too_long = 0
+        self.longest_prompt = 0             # tokens of the longest prompt asked or refused
+        self.outcomes: dict[str, int] = {}  # the adapter's tally of what the product made of the answers
+
+    def __call__(self, messages: Messages) -> str:
+        """The answer to one conversation (:func:`answer_text`); PromptTooLong when it cannot fit the window."""
+        settings = self.settings()
+        window = self.llm.context_window
+        tokens = self.llm.count_prompt_tokens(messages)
+        with self._lock:
+            self.longest_prompt = max(self.longest_prompt, tokens)
+            if window is not None and tokens + settings.max_new_tokens > window:
+                self.refused_too_long += 1
+                raise PromptTooLong(f"{self.role}: a prompt of {tokens} tokens and {settings.max_new_tokens} new "
+                                    f"ones does not fit {self.llm.label}'s window of {window} tokens")
+        return self.complete([messages], settings)[0]
+
+    def outcome(self, name: str, n: int = 1) -> None:
+        """Count ``n`` of an outcome (e.g. ``unparseable``: an answer the product could not read)."""
+        with self._lock:
+            self.outcomes[name] = self.outcomes.get(name, 0) + n
+
+    def forget(self, conversations: Iterable[Messages]) -> int:
+        """Remove the cached responses of ``conversations`` (as asked); how many went."""
+        return self.forget_requests(list(conversations), self.settings())
+
+    def extra_report(self) -> dict[str, Any]:
+        return {"refused_too_long": self.refused_too_long, "longest_prompt": self.longest_prompt,
+                **dict(sorted(self.outcomes.items()))}
+
+
 WRITERS: dict[str, type[Writer]] = {"extractor": LLMExtractor, "dialogue": LLMDialogue,
-                                    "summariser": LLMSummariser}
+                                    "summariser": LLMSummariser, "chat": LLMChat}
 _SHARED: dict[tuple, Writer] = {}
 _SHARED_LOCK = threading.Lock()
 

@@ -8,8 +8,10 @@ episodes whose speakers are both "User" and "Assistant", fed to one instance, ne
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,7 +25,17 @@ from pipelines.memory.egocentric import (Egocentric, EgocentricConfig, Egocentri
                                          memory_keeper)
 from pipelines.memory.egocentric.strategy import _VECTORS
 from pipelines.memory.fusion import FusionKeys, FusionKeysConfig
+from pipelines.memory.peers.common import PeerStrategy
 from pipelines.models.embeddings import CACHE_FILE, text_hash
+
+
+NEW_MESSAGES = re.compile(r"## New Messages\n(.*?)\n\n## Observation Date", re.DOTALL)
+
+
+def facts_of(messages) -> str:
+    """A canned mem0 extraction (its JSON): each new message of its prompt, the role cut, as one fact."""
+    lines = NEW_MESSAGES.search(messages[-1]["content"]).group(1).strip().splitlines()
+    return json.dumps({"memory": [{"text": line.split(": ", 1)[1]} for line in lines if ": " in line]})
 
 
 class HashRetriever:
@@ -122,11 +134,14 @@ def reranker_dir(tmp_path_factory):
 
 
 @pytest.fixture
-def build(teacher, retriever_dir, reranker_dir, tmp_path):
+def build(teacher, retriever_dir, reranker_dir, tmp_path, fake):
     """``build(name)`` -> a fresh strategy: the registered one, with its caches under tmp_path and test doubles
-    where a trained model would be needed (EMMA's retriever and dialogue module)."""
+    where a trained model would be needed (EMMA's retriever and dialogue module; mem0's language model: a canned one
+    that extracts each new message as a fact, behind the real response cache)."""
     cache = str(tmp_path / "cache")
+    llm_cache = str(tmp_path / "llm")
     retriever = HashRetriever()
+    fake(facts_of)
     builders = {
         "no_history": lambda: build_strategy("no_history"),
         "long_context": lambda: build_strategy("long_context"),
@@ -145,6 +160,9 @@ def build(teacher, retriever_dir, reranker_dir, tmp_path):
         "mdr": lambda: build_strategy("mdr", teacher=str(teacher)),
         "egocentric": lambda: Egocentric(EgocentricConfig(agents="all"), retriever=retriever, dialogue=summariser),
         "egocentric_gold": lambda: EgocentricGold(EgocentricGoldConfig(), retriever=retriever),
+        # the products (pipelines/memory/peers): mem0 fed a turn per add, so that each fact has one turn
+        "mem0": lambda: build_strategy("mem0", cache_dir=cache, llm_cache_dir=llm_cache, turns_per_add=1),
+        "mem0_raw": lambda: build_strategy("mem0_raw", cache_dir=cache, llm_cache_dir=llm_cache),
     }
     assert set(builders) == set(STRATEGIES), "a registered strategy is missing from the forget/isolation scenarios"
     return lambda name: builders[name]()
@@ -152,8 +170,12 @@ def build(teacher, retriever_dir, reranker_dir, tmp_path):
 
 def extra_leaks(name: str):
     """The process caches of the built-ins the kit cannot see by itself: EMMA's retriever vectors, MDR's teacher
-    features."""
+    features, the products' own stores and their requests in the response cache."""
     def leaks(strategy) -> list[str]:
+        if isinstance(strategy, PeerStrategy):   # the product's own stores, and the requests in the response cache
+            cached = [p.read_text() for p in strategy.config.llm_cache_dir and
+                      Path(strategy.config.llm_cache_dir).glob("responses/??/*.json") or ()]
+            return strategy.held_texts() + cached
         if name.startswith("egocentric"):
             return [text for _, text in _VECTORS.get(strategy.retriever, {})]
         if name == "mdr":

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Sequence
-
 import pytest
 
 from pipelines.data.schema import Episode, Query, Triplet
 from pipelines.emma.formats import SEP
 from pipelines.errors import ConfigError
 from pipelines.glong.extractor import SYSTEM_INSTRUCTION, user_message
-from pipelines.llm import LLM, Completion, GenerationSettings, LLMConfig
-from pipelines.llm import build as llm_build
+from pipelines.llm import LLMConfig
 from pipelines.llm.base import Messages, plain_prompt
 from pipelines.memory import Selector, build_strategy
 from pipelines.memory import writers
@@ -26,58 +23,12 @@ from pipelines.memory.egocentric import strategy as egocentric_strategy
 from pipelines.memory.session_summary import SessionSummary
 from pipelines.memory.writers import (DIALOGUE_INSTRUCTIONS, SUMMARY_INSTRUCTION, LLMExtractor, answer_text,
                                       as_memories, writer_reports)
-from tests.memory.conftest import build_episode
+from tests.memory.conftest import CannedLLM, build_episode
 from pipelines.memory.conformance import FORGOTTEN, held_strings, juno_episode
 from tests.memory.test_conformance import HashRetriever, summariser
 
 GRAPH = dict(embedder="hashing", hashing_dim=128, cache_dir=None)   # no MiniLM, no embedding cache
 LOCAL = {"backend": "local", "model": "canned"}                       # never loaded: the fake stands in
-
-
-class CannedLLM(LLM):
-    """A fake language model: ``answer(messages)`` is its text; it records every conversation asked."""
-
-    backend = "local"
-
-    def __init__(self, answer: Callable[[Messages], str], window: int | None = None):
-        self.answer, self.window = answer, window
-        self.asked: list[Messages] = []
-        self.calls = 0
-
-    @property
-    def model(self) -> str:
-        return "canned"
-
-    def identity(self) -> dict[str, Any]:
-        return {"backend": "fake", "model": "canned"}
-
-    @property
-    def context_window(self) -> int | None:
-        return self.window
-
-    def generate(self, batch: Sequence[Messages], settings: GenerationSettings, progress=None) -> list[Completion]:
-        self.calls += 1
-        self.asked += [list(m) for m in batch]
-        return [Completion(text=self.answer(m), prompt_tokens=self.count_prompt_tokens(m), completion_tokens=5)
-                for m in batch]
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    """``fake(answer)`` -> the CannedLLM every writer built from now on (backend local) talks to, behind the real
-    response cache; the process's shared writers are fresh for each test."""
-    monkeypatch.setattr(writers, "_SHARED", {})
-    egocentric_strategy._llm_dialogue.cache_clear()
-    made: list[CannedLLM] = []
-
-    def install(answer: Callable[[Messages], str], window: int | None = None) -> CannedLLM:
-        llm = CannedLLM(answer, window)
-        made.append(llm)
-        monkeypatch.setitem(llm_build.BACKENDS, "local", lambda cfg, root: llm)
-        return llm
-
-    yield install
-    egocentric_strategy._llm_dialogue.cache_clear()
 
 
 def rerun(monkeypatch):

@@ -1,0 +1,11 @@
+"""The field's memory products as strategies under the same protocol (issue #32): each an adapter behind the one
+memory interface (pipelines/memory/base.py), its package an optional extra of pyproject.toml, its language model and
+embedder this project's (:mod:`.common`).
+
+- ``mem0`` / ``mem0_raw`` (:mod:`.mem0`): mem0's open-source Memory (``mem0ai``), with and without its extraction.
+
+Importing this package registers them; a product whose package is not installed is listed by the benchmark as missing,
+with the extra that installs it (:meth:`~.common.PeerStrategy.unavailable`).
+"""
+
+from pipelines.memory.peers import mem0  # noqa: F401  (registers mem0, mem0_raw)
