@@ -238,10 +238,11 @@ def _suite_markdown(run: SuiteRun, profile: str = "tiny", answers: AnswerRun | N
     main = "\n\n".join(f"### {g} granularity\n\n{t}" for g, t in tables.items())
     empty = run.retrieved_nothing()
     if empty:  # ran, but their memory never gave an item: say so under the tables, not only zeros
-        main += ("\n\n**Retrieved nothing:** " + "; ".join(
-            f"`{name}` returned no item for any of its {results[name].aggregate()['overall']['queries']} scored "
-            "queries" + (f" ({run.why_empty(name)})" if run.why_empty(name) else "") for name in empty) + (". Its memory" if len(empty) == 1 else ". Their memories")
-            + " stayed empty on this data: the zeros measure no retrieval, not a poor one.")
+        said = [f"`{name}` returned no item for any of its {results[name].aggregate()['overall']['queries']} scored "
+                "queries" + (f" ({why})" if (why := run.why_empty(name)) else "") for name in empty]
+        main += ("\n\n**Retrieved nothing:** " + "; ".join(said)
+                 + (". Its memory" if len(empty) == 1 else ". Their memories")
+                 + " stayed empty on this data: the zeros measure no retrieval, not a poor one.")
     lines = [f"## Suite `{suite.name}` (version {suite.version})", ""]
     if suite.description:
         lines += [suite.description, ""]

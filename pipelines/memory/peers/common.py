@@ -236,7 +236,8 @@ class PeerStrategy(MemoryStrategy):
                     session.timestamp, self._order)
                 self._order += 1
 
-    def _call_ingest(self, episode: Episode, session: Session, chunk: list[Turn]) -> list[tuple[str, str, Iterable[str]]]:
+    def _call_ingest(self, episode: Episode, session: Session,
+                     chunk: list[Turn]) -> list[tuple[str, str, Iterable[str]]]:
         """:meth:`_ingest`, its failures counted: the layer's refusal of a prompt too long for the window (counted by
         the layer), the product's own exceptions (``product_errors``); an unreachable server stops the run."""
         from pipelines.llm.base import LLMError

@@ -79,7 +79,8 @@ def test_a_whole_session_in_one_add_gives_memories_of_the_session_not_of_a_turn(
     observe(memory, episode())
     assert llm.calls == 2 and len(memory) == 3                     # one add a session
     items = memory.retrieve(Query(id="q", question="cello"), 3)
-    assert {i.session_id for i in items} == {"S1", "S2"} and {i.turn_id for i in items if i.session_id == "S1"} == {None}
+    assert {i.session_id for i in items} == {"S1", "S2"}
+    assert {i.turn_id for i in items if i.session_id == "S1"} == {None}
     assert memory.forget(Selector.of(turns=["S1:3"])) == 2        # made from the forgotten turn: both S1 memories
 
 
