@@ -105,7 +105,9 @@ def writers_markdown(run: SuiteRun) -> list[str]:
             "What each memory writer of the LLM layer (pipelines/memory/writers.py) did in this suite: requests, "
             "those answered from the response cache, prompt and completion tokens, wall seconds of the calls, "
             "prompts cut to the model's window; G-Long's extractor: utterances read, triplets written, and how its "
-            "answers parsed (parsed: a well-formed JSON list; repaired: read after a fix; unparseable: no triplet).",
+            "answers parsed (parsed: a well-formed JSON list; repaired: read after a fix; unparseable: no triplet); "
+            "a memory product's model (pipelines/memory/peers): prompts over the model's window (refused, never "
+            "cut), memories written, answers the product could not read, the product's own errors.",
             ""]
 
 

@@ -9,6 +9,8 @@ import json
 import re
 from datetime import datetime
 
+import pytest
+
 from pipelines.data.schema import Episode, Query, Session, Speaker, Turn
 from pipelines.memory import Selector, build_strategy
 from pipelines.memory import writers
@@ -157,3 +159,15 @@ def test_mem0_beside_the_built_ins_in_the_benchmark_says_why_it_wrote_nothing(tm
     assert re.search(r"`mem0` returned no item for any of its \d+ scored queries \(local:smollm2-135m-instruct: \d+ "
                      r"prompts over the model's window\)", report), report
     assert "mem0: mem0.llm (local:smollm2-135m-instruct)" in report                 # the writers table names the model
+
+
+def test_a_server_that_cannot_be_reached_stops_the_run_as_for_the_reader(tmp_path, monkeypatch):
+    from pipelines.llm.base import LLMError
+    from pipelines.llm.serve import free_port
+
+    monkeypatch.setattr(writers, "_SHARED", {})
+    closed = {"backend": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "m", "max_retries": 0}
+    memory = build_strategy("mem0", **settings(tmp_path, llm=closed))
+    ep = episode()
+    with pytest.raises(LLMError, match="cannot reach the OpenAI-compatible server"):
+        memory.observe(ep, ep.sessions[0])
