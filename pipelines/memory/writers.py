@@ -120,6 +120,7 @@ class Writer:
     """A memory writer calling one LLM: batched, memoised calls through the response cache, and their tally."""
 
     kind = ""
+    cuts = True   # prompts over the window are cut to fit (:meth:`fit`); False: the writer refuses them itself
 
     def __init__(self, llm: LLM, config: LLMConfig, role: str):
         self.llm, self.config, self.role = llm, config, role
@@ -130,7 +131,7 @@ class Writer:
         """``messages`` with the end of the last one cut until the prompt and ``max_new_tokens`` fit the model's
         window (unchanged when they fit or the window is unknown)."""
         window = self.llm.context_window
-        if window is None:
+        if window is None or not self.cuts:
             return messages
         budget = window - max_new_tokens
         count = self.llm.count_prompt_tokens(messages)
@@ -332,6 +333,7 @@ class LLMChat(Writer):
     (``refused_too_long``); the product's outcome of each answer is counted by its adapter (:meth:`outcome`)."""
 
     kind = "chat"
+    cuts = False   # __call__ counts the prompt once and refuses it when it does not fit
 
     def __init__(self, llm: LLM, config: LLMConfig, role: str = "peer.llm"):
         super().__init__(llm, config, role)
@@ -353,7 +355,7 @@ class LLMChat(Writer):
         return self.complete([messages], settings)[0]
 
     def outcome(self, name: str, n: int = 1) -> None:
-        """Count ``n`` of an outcome (e.g. ``unparseable``: an answer the product could not read)."""
+        """Count ``n`` of an outcome (e.g. ``unreadable``: an answer the product could not read)."""
         with self._lock:
             self.outcomes[name] = self.outcomes.get(name, 0) + n
 

@@ -217,6 +217,7 @@ class PeerStrategy(MemoryStrategy):
         participants = session_participants(episode, session)
         turns = [t for t in session.turns if t.text.strip()]
         step = self.config.turns_per_add or max(len(turns), 1)
+        written_here = 0   # items written from this session so far (a session is observed once)
         for start in range(0, len(turns), step):
             chunk = turns[start:start + step]
             for t in chunk:
@@ -229,12 +230,12 @@ class PeerStrategy(MemoryStrategy):
                 self._seen_now = frozenset()
             for product_id, text, turn_ids in written:
                 turn_ids = frozenset(turn_ids)
-                key = f"{session.id}/m{sum(i.session_id == session.id for i in self._items.values())}"
                 self._items[product_id] = PeerItem(
-                    product_id, key, text, session.id, turn_ids,
+                    product_id, f"{session.id}/m{written_here}", text, session.id, turn_ids,
                     frozenset(self._turns[t].speaker for t in turn_ids if t in self._turns), participants,
                     session.timestamp, self._order)
                 self._order += 1
+                written_here += 1
 
     def _call_ingest(self, episode: Episode, session: Session,
                      chunk: list[Turn]) -> list[tuple[str, str, Iterable[str]]]:
@@ -293,9 +294,9 @@ class PeerStrategy(MemoryStrategy):
         if gone:
             self._delete([i.id for i in gone])
         self._purge([self._turns[t].content for t in turns], [i.id for i in gone])
-        kept_texts = {i.text for i in self._items.values() if i not in gone}
         for item in gone:
             del self._items[item.id]
+        kept_texts = {i.text for i in self._items.values()}
         # the caches: every request asked and every text embedded while a forgotten turn was held
         asked = [m for seen, m in self._asked if not seen.isdisjoint(tainted)]
         self._asked = [(seen, m) for seen, m in self._asked if seen.isdisjoint(tainted)]
