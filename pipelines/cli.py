@@ -132,7 +132,8 @@ def cmd_benchmark(args) -> int:
                                                                  "'generation'" if suite.generation else "") + ".")
     published = suite_episodes(suite, args.path, synthetic_defaults={"seed": config.get("seed", 2022),
                                                                      **config.get("synthetic", {})},
-                               config=config, corpus=False)
+                               config=config, corpus=False,
+                               memo=None if args.validated_cache == "none" else args.validated_cache)
     data_id = _data_id(suite, args.path, config)
     root = Path(args.models_root) if args.models_root else ROOT
     settings = strategy_defaults(suite.strategies, root,
@@ -233,7 +234,7 @@ def cmd_sources(args) -> int:
 
 
 def _benchmark_arguments(bench: argparse.ArgumentParser) -> None:
-    from pipelines.config import PROFILES
+    from pipelines.config import PROFILES, ROOT
 
     bench.add_argument("--suite", required=True, help="a shipped suite name (see `suites`) or a suite .yaml file")
     bench.add_argument("--path", help="the suite's data: the published file/folder, or canonical .jsonl data")
@@ -243,6 +244,10 @@ def _benchmark_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--max-episodes", type=int, help="evaluate the first N episodes only")
     bench.add_argument("--models-root", help="project folder whose models/ holds the trained models (default: this one)")
     bench.add_argument("--cache-dir", help="embedding cache folder (default: .cache/embeddings of the project)")
+    bench.add_argument("--validated-cache", default=str(ROOT / ".cache" / "validated"),
+                       help="verdicts of published files that passed validation, by content: the same bytes are not "
+                            "validated again by the next run, shard or merge ('none': validate every time; default: "
+                            ".cache/validated of the project)")
     bench.add_argument("--no-answers", action="store_true",
                        help="score the retrieval only: no reader model answers the suite's questions")
     bench.add_argument("--llm-cache-dir", help="the response cache and converted models of the reader, the judges and "

@@ -97,18 +97,28 @@ class Ingestion:
 
 
 def load_and_validate(source: str, path: str | os.PathLike, *, config: Mapping[str, Any] | None = None,
-                      report: str | os.PathLike | None = None) -> Ingestion:
+                      report: str | os.PathLike | None = None, memo: str | os.PathLike | None = None) -> Ingestion:
     """Load ``path`` with loader ``source``, validate it (loss policy included), write the report if asked.
 
     ``config`` is the resolved configuration (params.yaml ``ingest`` is read from it; None: the
     defaults); ``report`` the path of the HTML report (the JSON goes beside it, suffix ``.json``).
+    ``memo``: a folder of kept verdicts (:mod:`pipelines.validate.memo`): the same bytes that passed before
+    under the same rules and code are loaded without validating them again; a pass is kept there.
     Never raises on bad data that a rule catches: see ``Ingestion.report.raise_if_blocking``.
     """
+    from pipelines.validate import memo as verdicts
     from pipelines.validate import validate, write_report
 
+    share = max_dropped_turn_share(config)
+    key = verdicts.verdict_key(source, path, _profile(source), share) if memo is not None else ""
     loaded = load_source(source, path)
-    checked = validate(loaded.episodes, file=str(path), profile=_profile(source),
-                       records=loaded.records, load=loaded, max_dropped_turn_share=max_dropped_turn_share(config))
+    kept = verdicts.recall(memo, key) if memo is not None else None
+    if kept is not None:
+        checked = kept["report"]
+    else:
+        checked = validate(loaded.episodes, file=str(path), profile=_profile(source),
+                           records=loaded.records, load=loaded, max_dropped_turn_share=share)
+        verdicts.remember(memo, key, checked)
     if report is not None:
         write_report(checked, report, Path(report).with_suffix(".json"))
     return Ingestion(loaded, checked)
@@ -189,7 +199,8 @@ class StreamedIngestion:
 
 def stream_and_validate(source: str, path: str | os.PathLike, *, config: Mapping[str, Any] | None = None,
                         report: str | os.PathLike | None = None, chunk_rows: int | None = None,
-                        on_episode: Callable[[Episode], None] | None = None) -> StreamedIngestion:
+                        on_episode: Callable[[Episode], None] | None = None,
+                        memo: str | os.PathLike | None = None) -> StreamedIngestion:
     """Validate ``path`` (loader ``source``) in a first pass over the file, holding one episode at a time.
 
     The report equals :func:`load_and_validate`'s (same rules and blocking decisions, loss policy
@@ -202,14 +213,20 @@ def stream_and_validate(source: str, path: str | os.PathLike, *, config: Mapping
     in file order, before the verdict is known (``ingest`` writes them to a temporary folder).
     Never raises on bad data that a rule catches; raises DataError on a file it cannot read
     (missing, truncated or invalid JSON: naming the file and the item and byte reached).
+    ``memo`` (a folder of kept verdicts, :mod:`pipelines.validate.memo`; not with ``on_episode``): bytes that
+    passed before under the same rules and code skip this first pass (its counts and the loader's
+    normalisations are kept with the verdict); a pass is kept there.
     """
     from pipelines.validate import StreamingValidator, write_report
+    from pipelines.validate import memo as verdicts
     from pipelines.validate.stream import CHUNK_ROWS
 
     streamer = get_streamer(source)
     path = Path(path)
+    if memo is not None and on_episode is not None:
+        raise ValueError("stream_and_validate: a kept verdict skips the pass that on_episode watches")
     if streamer is None:
-        checked = load_and_validate(source, path, config=config, report=report)
+        checked = load_and_validate(source, path, config=config, report=report, memo=memo)
         if on_episode is not None:
             for episode in checked.loaded.episodes:
                 on_episode(episode)
@@ -217,10 +234,19 @@ def stream_and_validate(source: str, path: str | os.PathLike, *, config: Mapping
         totals = tally(checked.loaded.episodes)
         return StreamedIngestion(source, path, checked.report, {k: totals[k] for k in TOTALS},
                                  {s: splits[s] for s in SPLITS if s in splits}, checked.loaded)
+    stamp = _stamp(path)
+    key = verdicts.verdict_key(source, path, _profile(source), max_dropped_turn_share(config)) if memo else ""
+    kept = verdicts.recall(memo, key) if memo is not None else None
+    if kept is not None:
+        if report is not None:
+            write_report(kept["report"], report, Path(report).with_suffix(".json"))
+        loaded = LoadResult(dropped=Counter(kept["dropped"]), flagged=Counter(kept["flagged"]),
+                            examples={k: list(v) for k, v in kept["examples"].items()})
+        return StreamedIngestion(source, path, kept["report"], dict(kept["totals"]), dict(kept["splits"]), loaded,
+                                 streamer, stamp)
     validator = StreamingValidator(file=str(path), profile=_profile(source),
                                    max_dropped_turn_share=max_dropped_turn_share(config),
                                    chunk_rows=chunk_rows or CHUNK_ROWS)
-    stamp = _stamp(path)
     loaded = LoadResult()
     totals: Counter[str] = Counter()
     splits: Counter[str] = Counter()
@@ -233,8 +259,10 @@ def stream_and_validate(source: str, path: str | os.PathLike, *, config: Mapping
     checked = validator.finish(load=loaded)
     if report is not None:
         write_report(checked, report, Path(report).with_suffix(".json"))
-    return StreamedIngestion(source, path, checked, {k: totals[k] for k in TOTALS},
-                             {s: splits[s] for s in SPLITS if s in splits}, loaded, streamer, stamp)
+    totals_kept, splits_kept = {k: totals[k] for k in TOTALS}, {s: splits[s] for s in SPLITS if s in splits}
+    verdicts.remember(memo, key, checked, totals=totals_kept, splits=splits_kept, dropped=dict(loaded.dropped),
+                      flagged=dict(loaded.flagged), examples=loaded.examples)
+    return StreamedIngestion(source, path, checked, totals_kept, splits_kept, loaded, streamer, stamp)
 
 
 def write_canonical(result: LoadResult, out_dir: str | os.PathLike,

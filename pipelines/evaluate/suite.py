@@ -399,7 +399,8 @@ def load_suite(name_or_path: str | os.PathLike) -> Suite:
 
 def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
                    synthetic_defaults: dict[str, Any] | None = None,
-                   config: dict[str, Any] | None = None, corpus: bool = True) -> list[Episode]:
+                   config: dict[str, Any] | None = None, corpus: bool = True,
+                   memo: str | os.PathLike | None = None) -> list[Episode]:
     """The episodes a suite evaluates: loaded, validated, split-filtered, corpus-filtered.
 
     ``path`` (the CLI's ``--path``) wins over the suite's ``path``. For ``source: synthetic``
@@ -408,11 +409,12 @@ def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
     or one ``.jsonl`` file). ``config`` (the resolved configuration) gives the ``ingest`` settings
     a published dataset is loaded under (None: their defaults). ``corpus=False`` leaves every turn
     (:func:`corpus_episodes` applies the suite's corpus later): the reference readers of ``answers`` read
-    the dialogue as published.
+    the dialogue as published. ``memo``: a folder of kept validation verdicts (:mod:`pipelines.validate.memo`):
+    a published file whose bytes passed before is not validated again (each shard of a run, and its merge).
     """
     path = path if path is not None else suite.path
     if suite.stream and suite.source not in ("synthetic", "canonical") and path is not None:
-        return StreamedEpisodes(suite, _stream_published(suite.source, Path(path), config), corpus)
+        return StreamedEpisodes(suite, _stream_published(suite.source, Path(path), config, memo), corpus)
     if suite.source == "synthetic" and path is None:
         from pipelines.data.synthetic import SyntheticConfig, generate
 
@@ -426,7 +428,7 @@ def suite_episodes(suite: Suite, path: str | os.PathLike | None = None,
         if path is None:
             raise ConfigError(f"suite {suite.name!r} needs the published {suite.source} data: give --path "
                               f"(or set 'path' in the suite file).")
-        episodes = _load_published(suite.source, Path(path), config)
+        episodes = _load_published(suite.source, Path(path), config, memo)
     if suite.split != "all":
         episodes = [e for e in episodes if e.split == suite.split]
     if suite.max_episodes is not None:
@@ -475,11 +477,12 @@ class StreamedEpisodes:
         return StreamedEpisodes(self.suite, self.ingestion, corpus=True)
 
 
-def _stream_published(source: str, path: Path, config: dict[str, Any] | None = None):
+def _stream_published(source: str, path: Path, config: dict[str, Any] | None = None,
+                      memo: str | os.PathLike | None = None):
     """Validate a published file in one streamed pass (blocking failures raise); its episodes are read later."""
     from pipelines.data.ingest import stream_and_validate
 
-    checked = stream_and_validate(source, path, config=config)
+    checked = stream_and_validate(source, path, config=config, memo=memo)
     checked.report.raise_if_blocking()
     return checked
 
@@ -508,11 +511,12 @@ def _read_canonical(path: Path, split: str) -> list[Episode]:
     return [e for f in files for e in iter_episodes(f)]
 
 
-def _load_published(source: str, path: Path, config: dict[str, Any] | None = None) -> list[Episode]:
+def _load_published(source: str, path: Path, config: dict[str, Any] | None = None,
+                    memo: str | os.PathLike | None = None) -> list[Episode]:
     """Load and validate as ``ingest`` does (quirks normalised, loss policy); blocking failures raise."""
     from pipelines.data.ingest import load_and_validate
 
-    checked = load_and_validate(source, path, config=config)
+    checked = load_and_validate(source, path, config=config, memo=memo)
     checked.report.raise_if_blocking()
     return list(checked.loaded.episodes)
 
