@@ -110,15 +110,17 @@ def load_and_validate(source: str, path: str | os.PathLike, *, config: Mapping[s
     from pipelines.validate import validate, write_report
 
     share = max_dropped_turn_share(config)
+    loaded = load_source(source, path)   # a file that cannot be read fails here, naming it
     key = verdicts.verdict_key(source, path, _profile(source), share) if memo is not None else ""
-    loaded = load_source(source, path)
     kept = verdicts.recall(memo, key) if memo is not None else None
     if kept is not None:
         checked = kept["report"]
     else:
         checked = validate(loaded.episodes, file=str(path), profile=_profile(source),
                            records=loaded.records, load=loaded, max_dropped_turn_share=share)
-        verdicts.remember(memo, key, checked)
+        if memo is not None:   # what a streamed read of the same bytes needs too (stream_and_validate)
+            totals, splits = tally(loaded.episodes), Counter(e.split for e in loaded.episodes)
+            verdicts.remember(memo, key, checked, **_pass_counts(loaded, totals, splits))
     if report is not None:
         write_report(checked, report, Path(report).with_suffix(".json"))
     return Ingestion(loaded, checked)
@@ -235,6 +237,7 @@ def stream_and_validate(source: str, path: str | os.PathLike, *, config: Mapping
         return StreamedIngestion(source, path, checked.report, {k: totals[k] for k in TOTALS},
                                  {s: splits[s] for s in SPLITS if s in splits}, checked.loaded)
     stamp = _stamp(path)
+    memo = memo if stamp is not None else None   # a file that cannot be read fails in the pass below, naming it
     key = verdicts.verdict_key(source, path, _profile(source), max_dropped_turn_share(config)) if memo else ""
     kept = verdicts.recall(memo, key) if memo is not None else None
     if kept is not None:
@@ -259,10 +262,18 @@ def stream_and_validate(source: str, path: str | os.PathLike, *, config: Mapping
     checked = validator.finish(load=loaded)
     if report is not None:
         write_report(checked, report, Path(report).with_suffix(".json"))
-    totals_kept, splits_kept = {k: totals[k] for k in TOTALS}, {s: splits[s] for s in SPLITS if s in splits}
-    verdicts.remember(memo, key, checked, totals=totals_kept, splits=splits_kept, dropped=dict(loaded.dropped),
-                      flagged=dict(loaded.flagged), examples=loaded.examples)
-    return StreamedIngestion(source, path, checked, totals_kept, splits_kept, loaded, streamer, stamp)
+    kept = _pass_counts(loaded, totals, splits)
+    if memo is not None:
+        verdicts.remember(memo, key, checked, **kept)
+    return StreamedIngestion(source, path, checked, kept["totals"], kept["splits"], loaded, streamer, stamp)
+
+
+def _pass_counts(loaded: LoadResult, totals: Mapping[str, int], splits: Mapping[str, int]) -> dict[str, Any]:
+    """What a validation pass counted, kept with its verdict: totals, splits (in SPLITS order), the loader's drops,
+    flags and their examples."""
+    return {"totals": {k: int(totals.get(k, 0)) for k in TOTALS},
+            "splits": {s: int(splits[s]) for s in SPLITS if s in splits},
+            "dropped": dict(loaded.dropped), "flagged": dict(loaded.flagged), "examples": dict(loaded.examples)}
 
 
 def write_canonical(result: LoadResult, out_dir: str | os.PathLike,

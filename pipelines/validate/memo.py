@@ -24,7 +24,7 @@ from pipelines.atomic import write_json
 from pipelines.registry import CheckOutcome
 from pipelines.validate.report import ValidationReport
 
-FORMAT = 1  # bump when the kept payload changes: older verdicts are then ignored
+FORMAT = 2  # bump when the kept payload changes: older verdicts are then ignored
 _CODE = (Path(__file__).resolve().parents[1] / "data", Path(__file__).resolve().parent)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.data.ingest import load_and_validate, stream_and_validate
-from pipelines.errors import ValidationFailed
+from pipelines.errors import DataError, ValidationFailed
 from pipelines.validate import memo as verdicts
 from tests.data.test_stream_ingest import LOCOMO, quirky_records, write_lme
 from tests.validate.test_stream import same
@@ -127,3 +127,21 @@ def test_the_benchmark_keeps_its_verdicts_where_it_is_told(quirky, tmp_path, mon
     assert strip == {name: {k: v for k, v in values.items() if "latency" not in k}
                      for name, values in first["longmemeval_s"].items()}
     assert first["longmemeval_s"].keys() == none["longmemeval_s"].keys()
+
+
+def test_a_verdict_serves_both_reads_of_the_same_bytes(quirky, tmp_path, monkeypatch):
+    memo = tmp_path / "verdicts"
+    listed = load_and_validate("longmemeval", quirky, memo=memo)   # kept by the listed read...
+    monkeypatch.setattr("pipelines.validate.StreamingValidator", _refuse)
+    streamed = stream_and_validate("longmemeval", quirky, memo=memo)   # ...serves the streamed one
+    same(streamed.report, listed.report)
+    assert streamed.counts() == {**listed.loaded.counts(), "splits": {"test": 4}}
+    assert list(streamed.episodes()) == listed.loaded.episodes
+
+
+def test_a_missing_file_is_still_named_by_the_loader(tmp_path):
+    missing = tmp_path / "nowhere" / "longmemeval_s.json"
+    for read in (load_and_validate, stream_and_validate):
+        with pytest.raises(DataError) as info:
+            read("longmemeval", missing, memo=tmp_path / "verdicts")
+        assert info.value.file == str(missing)
