@@ -38,6 +38,32 @@ def facts_of(messages) -> str:
     return json.dumps({"memory": [{"text": line.split(": ", 1)[1]} for line in lines if ": " in line]})
 
 
+GRAPHITI_SCHEMA = re.compile(r"Respond with a JSON object in the following format:\n\n(\{.*)", re.DOTALL)
+GRAPHITI_MESSAGE = re.compile(r"<CURRENT[ _]MESSAGE>\n(.*?)\n</CURRENT[ _]MESSAGE>", re.DOTALL)
+
+
+def graph_of(messages) -> str:
+    """A canned Graphiti model (its JSON, for the response model its prompt asks): each "speaker: text" line of the
+    current message gives two entities, the speaker and what they said, and one fact between them, the text; no
+    duplicates, dates or summaries."""
+    prompt = messages[-1]["content"]
+    schema, _ = json.JSONDecoder().raw_decode(GRAPHITI_SCHEMA.search(prompt).group(1))
+    current = GRAPHITI_MESSAGE.search(prompt)
+    lines = [line.split(": ", 1) for line in (current.group(1).splitlines() if current else []) if ": " in line]
+    if schema["title"] == "ExtractedEntities":
+        names = dict.fromkeys(name for who, text in lines for name in (who, text.rstrip(".")))
+        return json.dumps({"extracted_entities": [{"name": n, "entity_type_id": 0} for n in names]})
+    if schema["title"] == "ExtractedEdges":
+        return json.dumps({"edges": [{"source_entity_name": who, "target_entity_name": text.rstrip("."),
+                                      "relation_type": "SAID", "fact": text} for who, text in lines]})
+    return json.dumps({name: [] for name in schema.get("required", [])})   # nothing to merge, date or summarise
+
+
+def peers_of(messages) -> str:
+    """The canned model of every product: Graphiti's answers to its prompts, mem0's to the others."""
+    return graph_of(messages) if GRAPHITI_SCHEMA.search(messages[-1]["content"]) else facts_of(messages)
+
+
 class HashRetriever:
     """A deterministic stand-in for EMMA's dual encoder: word-hashing vectors for both towers (test double)."""
 
@@ -136,12 +162,12 @@ def reranker_dir(tmp_path_factory):
 @pytest.fixture
 def build(teacher, retriever_dir, reranker_dir, tmp_path, fake):
     """``build(name)`` -> a fresh strategy: the registered one, with its caches under tmp_path and test doubles
-    where a trained model would be needed (EMMA's retriever and dialogue module; mem0's language model: a canned one
-    that extracts each new message as a fact, behind the real response cache)."""
+    where a trained model would be needed (EMMA's retriever and dialogue module; the products' language model: a
+    canned one that extracts each new message as a fact, behind the real response cache)."""
     cache = str(tmp_path / "cache")
     llm_cache = str(tmp_path / "llm")
     retriever = HashRetriever()
-    fake(facts_of)
+    fake(peers_of)
     builders = {
         "no_history": lambda: build_strategy("no_history"),
         "long_context": lambda: build_strategy("long_context"),
@@ -160,9 +186,10 @@ def build(teacher, retriever_dir, reranker_dir, tmp_path, fake):
         "mdr": lambda: build_strategy("mdr", teacher=str(teacher)),
         "egocentric": lambda: Egocentric(EgocentricConfig(agents="all"), retriever=retriever, dialogue=summariser),
         "egocentric_gold": lambda: EgocentricGold(EgocentricGoldConfig(), retriever=retriever),
-        # the products (pipelines/memory/peers): mem0 fed a turn per add, so that each fact has one turn
+        # the products (pipelines/memory/peers): mem0 and Graphiti fed a turn per add, so that each fact has one turn
         "mem0": lambda: build_strategy("mem0", cache_dir=cache, llm_cache_dir=llm_cache, turns_per_add=1),
         "mem0_raw": lambda: build_strategy("mem0_raw", cache_dir=cache, llm_cache_dir=llm_cache),
+        "graphiti": lambda: build_strategy("graphiti", cache_dir=cache, llm_cache_dir=llm_cache, turns_per_add=1),
     }
     assert set(builders) == set(STRATEGIES), "a registered strategy is missing from the forget/isolation scenarios"
     return lambda name: builders[name]()

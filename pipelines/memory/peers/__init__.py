@@ -3,9 +3,10 @@ memory interface (pipelines/memory/base.py), its package an optional extra of py
 embedder this project's (:mod:`.common`).
 
 - ``mem0`` / ``mem0_raw`` (:mod:`.mem0`): mem0's open-source Memory (``mem0ai``), with and without its extraction.
+- ``graphiti`` (:mod:`.graphiti`): Zep's Graphiti (``graphiti-core``) on its embedded Kuzu graph database.
 
 Importing this package registers them; a product whose package is not installed is listed by the benchmark as missing,
 with the extra that installs it (:meth:`~.common.PeerStrategy.unavailable`).
 """
 
-from pipelines.memory.peers import mem0  # noqa: F401  (registers mem0, mem0_raw)
+from pipelines.memory.peers import graphiti, mem0  # noqa: F401  (registers graphiti, mem0, mem0_raw)

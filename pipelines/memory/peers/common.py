@@ -279,10 +279,14 @@ class PeerStrategy(MemoryStrategy):
                                        timestamp=item.timestamp, order=item.order))
         return out
 
+    def selected_turns(self, selector: Selector) -> set[str]:
+        """The ids of the observed turns of the current episode that ``selector`` names."""
+        return {tid for tid, t in self._turns.items()
+                if selector.matches(turn_id=tid, session_id=t.session_id, speakers=[t.speaker],
+                                    participants=t.participants, text=t.text)}
+
     def forget(self, selector: Selector) -> int:
-        turns = {tid for tid, t in self._turns.items()
-                 if selector.matches(turn_id=tid, session_id=t.session_id, speakers=[t.speaker],
-                                     participants=t.participants, text=t.text)}
+        turns = self.selected_turns(selector)
         gone = [i for i in self._items.values()
                 if not turns.isdisjoint(i.turn_ids)
                 or selector.matches(memory_id=i.key, session_id=i.session_id, turns=i.turn_ids, speakers=i.speakers,

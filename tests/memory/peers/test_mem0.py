@@ -124,18 +124,24 @@ def test_without_the_package_the_strategy_is_unavailable_naming_the_extra(monkey
     assert "pip install -e '.[mem0]'" in Mem0.unavailable([], {})
 
 
-def test_mem0_through_a_served_model_counts_what_it_cannot_read(tiny_llama, tmp_path, monkeypatch):
+def served_run(name: str, tiny_llama, tmp_path, monkeypatch):
+    """The product ``name`` fed the Juno episode with the tiny Llama served by ``transformers serve`` on loopback as
+    its model: (the memory, the episode, the writer's report, the served model's name)."""
     from pipelines.llm.serve import TransformersServer
 
     monkeypatch.setattr(writers, "_SHARED", {})
     with TransformersServer(tiny_llama, log=tmp_path / "serve.log") as server:
         served = {"backend": "openai", "base_url": server.base_url, "model": server.model, "max_new_tokens": 8,
                   "max_retries": 3}
-        memory = build_strategy("mem0", **settings(tmp_path, llm=served))
+        memory = build_strategy(name, **settings(tmp_path, llm=served))
         ep = juno_episode()
         observe(memory, ep)
-        report = memory.chat.report()
-    assert report["model"] == f"openai:{server.model}"
+        return memory, ep, memory.chat.report(), server.model
+
+
+def test_mem0_through_a_served_model_counts_what_it_cannot_read(tiny_llama, tmp_path, monkeypatch):
+    memory, ep, report, model = served_run("mem0", tiny_llama, tmp_path, monkeypatch)
+    assert report["model"] == f"openai:{model}"
     assert report["misses"] == len(ep.sessions) and report["completion_tokens"] > 0   # each add asked the server once
     assert report.get("refused_too_long", 0) == 0          # the server tells no window: nothing refused on this side
     assert report.get("unreadable", 0) == len(ep.sessions) and len(memory) == 0       # gibberish, counted
@@ -161,13 +167,15 @@ def test_mem0_beside_the_built_ins_in_the_benchmark_says_why_it_wrote_nothing(tm
     assert "mem0: mem0.llm (local:smollm2-135m-instruct)" in report                 # the writers table names the model
 
 
-def test_a_server_that_cannot_be_reached_stops_the_run_as_for_the_reader(tmp_path, monkeypatch):
+@pytest.mark.parametrize("product", ["mem0", "graphiti"])
+def test_a_server_that_cannot_be_reached_stops_the_run_as_for_the_reader(product, tmp_path, monkeypatch):
+    """Every product: a server that cannot be reached is the run's error (as for the reader), not a product's."""
     from pipelines.llm.base import LLMError
     from pipelines.llm.serve import free_port
 
     monkeypatch.setattr(writers, "_SHARED", {})
     closed = {"backend": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "m", "max_retries": 0}
-    memory = build_strategy("mem0", **settings(tmp_path, llm=closed))
+    memory = build_strategy(product, **settings(tmp_path, llm=closed))
     ep = episode()
     with pytest.raises(LLMError, match="cannot reach the OpenAI-compatible server"):
         memory.observe(ep, ep.sessions[0])
