@@ -42,7 +42,7 @@ run-small: setup
 	@echo "Report: reports/benchmark.md (profile small)"
 
 test: setup
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q --durations=25 -n auto --maxprocesses 4 --dist loadscope
 
 ui: setup
 	$(VENV)/bin/dagster dev -m assets.definitions -h 127.0.0.1 -p 3000
