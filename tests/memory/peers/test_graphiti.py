@@ -11,7 +11,7 @@ from datetime import datetime
 from pipelines.data.schema import Query, Session
 from pipelines.memory import Selector, build_strategy
 from pipelines.memory.peers.graphiti import Graphiti
-from tests.memory.peers.test_mem0 import episode, observe, served_run, settings
+from tests.memory.peers.test_mem0 import episode, observe, served_run, settings, two_users
 from tests.memory.test_conformance import graph_of
 from tests.memory.test_writers import cached_files
 
@@ -96,11 +96,7 @@ def test_a_forgotten_fact_goes_by_graphitis_delete_with_the_summaries_written_fr
 
 
 def test_episodes_of_two_users_are_two_graphiti_groups(fake, tmp_path):
-    fake(graph_of)
-    memory = build_strategy("graphiti", **settings(tmp_path))
-    first, second = (episode().model_copy(update={"id": eid}) for eid in ("conv 1:a", "conv 1/a"))
-    observe(memory, first)
-    observe(memory, second)
+    memory, first = two_users("graphiti", graph_of, fake, tmp_path, ("conv 1:a", "conv 1/a"))
     groups = sorted({r["g"] for r in graph_rows(memory, "MATCH (n:Episodic) RETURN n.group_id AS g")})
     assert len(groups) == 2 and all(g.startswith("episode-conv_1_a-") for g in groups)   # Graphiti's characters
     memory.forget(Selector.of(sessions=["S1", "S2"]))
@@ -121,16 +117,6 @@ def test_answers_graphiti_cannot_read_are_counted_and_the_run_goes_on(fake, tmp_
     assert len(graph_rows(memory, "MATCH (n:Episodic) RETURN n.uuid")) == 2    # the episodes, with nothing found
 
 
-def test_a_prompt_over_the_models_window_is_refused_and_counted_never_cut(fake, tmp_path):
-    llm = fake(graph_of, window=1024)
-    memory = build_strategy("graphiti", **settings(tmp_path))
-    observe(memory, episode())
-    assert llm.calls == 0 and len(memory) == 0
-    report = memory.chat.report()
-    assert report["refused_too_long"] == 2 and report["longest_prompt"] > 1024 - 512
-    assert "product_errors" not in report
-
-
 def test_a_product_error_is_counted_per_call(fake, tmp_path, monkeypatch):
     fake(graph_of)
     memory = build_strategy("graphiti", **settings(tmp_path))
@@ -149,15 +135,6 @@ def test_an_undated_session_is_dated_by_its_order():
     assert memory.reference_time(s).isoformat() == "2000-01-04T00:00:00+00:00"
     assert memory.reference_time(s.model_copy(update={"timestamp": datetime(2023, 5, 7)})).isoformat() == \
         "2023-05-07T00:00:00+00:00"
-
-
-def test_without_the_package_the_strategy_is_unavailable_naming_the_extra(monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "graphiti_core" else real(name, *a))
-    assert "pip install -e '.[graphiti]'" in Graphiti.unavailable([], {})
 
 
 def test_graphiti_through_a_served_model_counts_what_it_cannot_read(tiny_llama, tmp_path, monkeypatch):

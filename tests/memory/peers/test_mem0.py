@@ -9,13 +9,10 @@ import json
 import re
 from datetime import datetime
 
-import pytest
-
 from pipelines.data.schema import Episode, Query, Session, Speaker, Turn
 from pipelines.memory import Selector, build_strategy
 from pipelines.memory import writers
 from pipelines.memory.conformance import juno_episode
-from pipelines.memory.peers.mem0 import Mem0
 from tests.memory.test_conformance import facts_of
 from tests.memory.test_writers import cached_files
 
@@ -95,15 +92,6 @@ def test_answers_mem0_cannot_read_are_counted_and_the_run_goes_on(fake, tmp_path
     assert report["unreadable"] == 2 and report.get("memories_written", 0) == 0
 
 
-def test_a_prompt_over_the_models_window_is_refused_and_counted_never_cut(fake, tmp_path):
-    llm = fake(facts_of, window=8192)                              # SmolLM2-135M's window; mem0's prompt is longer
-    memory = build_strategy("mem0", **settings(tmp_path))
-    observe(memory, episode())
-    assert llm.calls == 0 and len(memory) == 0
-    report = memory.chat.report()
-    assert report["refused_too_long"] == 2 and report["longest_prompt"] > 8192
-
-
 def test_a_product_error_is_counted_per_call(fake, tmp_path, monkeypatch):
     fake(facts_of)
     memory = build_strategy("mem0", **settings(tmp_path))
@@ -116,12 +104,15 @@ def test_a_product_error_is_counted_per_call(fake, tmp_path, monkeypatch):
     assert len(memory) == 0 and memory.chat.report()["product_errors"] == 2
 
 
-def test_without_the_package_the_strategy_is_unavailable_naming_the_extra(monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mem0" else real(name, *a))
-    assert "pip install -e '.[mem0]'" in Mem0.unavailable([], {})
+def two_users(name: str, answers, fake, tmp_path, ids: tuple[str, str]):
+    """The product ``name`` fed two copies of the test episode (the same speakers) under the episode ids ``ids``,
+    its model the canned ``answers``: (the memory, the first episode)."""
+    fake(answers)
+    memory = build_strategy(name, **settings(tmp_path))
+    first, second = (episode().model_copy(update={"id": eid}) for eid in ids)
+    observe(memory, first)
+    observe(memory, second)
+    return memory, first
 
 
 def served_run(name: str, tiny_llama, tmp_path, monkeypatch):
@@ -165,17 +156,3 @@ def test_mem0_beside_the_built_ins_in_the_benchmark_says_why_it_wrote_nothing(tm
     assert re.search(r"`mem0` returned no item for any of its \d+ scored queries \(local:smollm2-135m-instruct: \d+ "
                      r"prompts over the model's window\)", report), report
     assert "mem0: mem0.llm (local:smollm2-135m-instruct)" in report                 # the writers table names the model
-
-
-@pytest.mark.parametrize("product", ["mem0", "graphiti"])
-def test_a_server_that_cannot_be_reached_stops_the_run_as_for_the_reader(product, tmp_path, monkeypatch):
-    """Every product: a server that cannot be reached is the run's error (as for the reader), not a product's."""
-    from pipelines.llm.base import LLMError
-    from pipelines.llm.serve import free_port
-
-    monkeypatch.setattr(writers, "_SHARED", {})
-    closed = {"backend": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "m", "max_retries": 0}
-    memory = build_strategy(product, **settings(tmp_path, llm=closed))
-    ep = episode()
-    with pytest.raises(LLMError, match="cannot reach the OpenAI-compatible server"):
-        memory.observe(ep, ep.sessions[0])
