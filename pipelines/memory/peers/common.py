@@ -28,8 +28,11 @@ session only.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import importlib.util
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Iterable, Sequence
@@ -119,6 +122,8 @@ class PeerStrategy(MemoryStrategy):
     granularities = ("turn", "session", "memory")
     package: ClassVar[str] = ""      # the import name of the product's package
     extra: ClassVar[str] = ""        # the pyproject extra that installs it
+    scope_refuses: ClassVar[str | None] = None   # a regex of the characters the product refuses in a scope id
+    _runner: asyncio.Runner | None = None        # the event loop of an async product (:meth:`run`)
 
     @classmethod
     def unavailable(cls, episodes: Sequence[Episode], settings: dict) -> str | None:
@@ -197,8 +202,22 @@ class PeerStrategy(MemoryStrategy):
         return self._product
 
     def scope_id(self) -> str:
-        """The product's id of the current episode's memory (its user)."""
-        return f"episode-{self.episode_id}"
+        """The product's id of the current episode's memory (its user): ``episode-<id>``, the characters the product
+        refuses (``scope_refuses``) replaced by ``_`` and then a hash of the id added, so that two ids never meet."""
+        raw = f"episode-{self.episode_id}"
+        safe = raw if self.scope_refuses is None else re.sub(self.scope_refuses, "_", raw)
+        return safe if safe == raw else f"{safe}-{hashlib.sha1(raw.encode()).hexdigest()[:10]}"
+
+    def run(self, coroutine):
+        """Run one of an async product's coroutines to its end on the strategy's own event loop (in this thread)."""
+        self._runner = self._runner or asyncio.Runner()
+        return self._runner.run(coroutine)
+
+    def _close_runner(self) -> None:
+        """Close the event loop of :meth:`run` (a later call opens another)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.close()
 
     # --- the five calls ----------------------------------------------------------------------------------------
     def prepare(self, episodes: Sequence[Episode]) -> None:

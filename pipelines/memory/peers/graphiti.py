@@ -60,12 +60,9 @@ keeps its name (said in a turn that stays). Kuzu's full-text index follows its d
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import logging
 import os
-import re
 import typing
 import warnings
 from dataclasses import dataclass
@@ -197,8 +194,9 @@ class Graphiti(PeerStrategy):
     extra = "graphiti"
     ingredient = "graphiti (graphiti-core 0.31, Kuzu): LLM-built temporal knowledge graph, hybrid fact search"
 
+    scope_refuses = r"[^A-Za-z0-9_-]"   # Graphiti's group ids: letters, digits, - and _
+
     def __init__(self, config=None, counter=None):
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._forgotten: frozenset[str] = frozenset()   # the turns being forgotten (during forget)
         super().__init__(config, counter)
 
@@ -206,20 +204,7 @@ class Graphiti(PeerStrategy):
         return {**super()._empty_scope(),
                 "_episodes": {}}   # Graphiti's episode uuid -> the turns fed in it
 
-    def scope_id(self) -> str:
-        """The episode's ``group_id`` (Graphiti takes letters, digits, ``-`` and ``_``: others replaced, and a hash
-        of the id added so that two ids never meet)."""
-        raw = f"episode-{self.episode_id}"
-        safe = re.sub(r"[^A-Za-z0-9_-]", "_", raw)
-        return safe if safe == raw else f"{safe}-{hashlib.sha1(raw.encode()).hexdigest()[:10]}"
-
     # --- the product -------------------------------------------------------------------------------------------
-    def run(self, coroutine):
-        """Run one of Graphiti's coroutines to its end on the strategy's event loop."""
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coroutine)
-
     def _build(self) -> Any:
         _quiet()
         from graphiti_core import Graphiti as Product
@@ -240,9 +225,7 @@ class Graphiti(PeerStrategy):
             product.driver.client.close()
             product.driver.db.close()
         finally:
-            if self._loop is not None:
-                self._loop.close()
-                self._loop = None
+            self._close_runner()
 
     def reference_time(self, session: Session) -> datetime:
         """The session's date as Graphiti's ``reference_time`` (UTC when it names no zone)."""

@@ -55,7 +55,6 @@ turns, so forgetting the earlier turn leaves that restatement.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -287,28 +286,17 @@ class LangMem(PeerStrategy):
     extra = "langmem"
     ingredient = "langmem (langmem 0.0.30, InMemoryStore): LLM-managed memories (tool calls), semantic search"
 
+    scope_refuses = r"[.\x00]"   # LangGraph refuses periods (and NUL) in a namespace
+
     def __init__(self, config=None, counter=None):
-        self._runner: asyncio.Runner | None = None
         self._asking = threading.Lock()
         super().__init__(config, counter)
-
-    def scope_id(self) -> str:
-        """The episode as LangMem's user (LangGraph refuses periods in a namespace: replaced, a hash added so that two
-        ids never meet)."""
-        raw = f"episode-{self.episode_id}"
-        safe = raw.replace(".", "_").replace("\x00", "_")
-        return safe if safe == raw else f"{safe}-{hashlib.sha1(raw.encode()).hexdigest()[:10]}"
 
     def namespace(self) -> tuple[str, ...]:
         return (NAMESPACE[0], self.scope_id())
 
     def run_config(self) -> dict:
         return {"configurable": {"langgraph_user_id": self.scope_id()}}
-
-    def run(self, coroutine):
-        """One of LangMem's coroutines run to its end on the strategy's own runner (its event loop, this thread)."""
-        self._runner = self._runner or asyncio.Runner()
-        return self._runner.run(coroutine)
 
     # --- the product -------------------------------------------------------------------------------------------
     def _build(self) -> Any:
@@ -324,9 +312,7 @@ class LangMem(PeerStrategy):
 
     def _close(self) -> None:
         self._product = None   # the store is in memory: dropped with the manager
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            runner.close()
+        self._close_runner()
 
     @property
     def store(self):
