@@ -112,7 +112,7 @@ def load_and_validate(source: str, path: str | os.PathLike, *, config: Mapping[s
     share = max_dropped_turn_share(config)
     loaded = load_source(source, path)   # a file that cannot be read fails here, naming it
     key = verdicts.verdict_key(source, path, _profile(source), share) if memo is not None else ""
-    kept = verdicts.recall(memo, key) if memo is not None else None
+    kept = verdicts.recall(memo, key)
     if kept is not None:
         checked = kept["report"]
     else:
@@ -239,7 +239,7 @@ def stream_and_validate(source: str, path: str | os.PathLike, *, config: Mapping
     stamp = _stamp(path)
     memo = memo if stamp is not None else None   # a file that cannot be read fails in the pass below, naming it
     key = verdicts.verdict_key(source, path, _profile(source), max_dropped_turn_share(config)) if memo else ""
-    kept = verdicts.recall(memo, key) if memo is not None else None
+    kept = verdicts.recall(memo, key)
     if kept is not None:
         if report is not None:
             write_report(kept["report"], report, Path(report).with_suffix(".json"))

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from pipelines.atomic import write_json
 from pipelines.data.schema import Episode
+from pipelines.digest import files_digest, sources_digest
 from pipelines.errors import MnemosError, ModelNotTrained
 from pipelines.evaluate.protocol import (AnswerContext, Exclusion, ProtocolConfig, ProtocolResult, QueryScore,
                                          _writer_counts, _writer_delta, evaluate_episode)
@@ -94,16 +95,7 @@ def _digest(obj: Any) -> str:
 def data_digest(paths: Iterable[str | os.PathLike] = (), extra: Any = None) -> str:
     """sha256 over the bytes of the data files (a folder: its files, sorted by relative path) and ``extra``
     (e.g. the synthetic generator's settings when there is no file)."""
-    h = hashlib.sha256(json.dumps(extra, sort_keys=True, default=str).encode("utf-8"))
-    for path in paths:
-        path = Path(path)
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for f in files:
-            h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode("utf-8"))
-            with f.open("rb") as stream:
-                for block in iter(lambda: stream.read(1 << 20), b""):
-                    h.update(block)
-    return h.hexdigest()
+    return files_digest(paths, extra)
 
 
 CODE = ("pipelines/evaluate", "pipelines/memory", "pipelines/llm", "pipelines/rerank", "pipelines/emma",
@@ -112,12 +104,7 @@ CODE = ("pipelines/evaluate", "pipelines/memory", "pipelines/llm", "pipelines/re
 
 def code_digest(root: Path = Path(__file__).resolve().parents[2]) -> str:
     """sha256 of the source files that compute the results (a finished episode of older code is not reused)."""
-    h = hashlib.sha256()
-    for folder in CODE:
-        for f in sorted((root / folder).rglob("*.py")) + sorted((root / folder).rglob("*.yaml")):
-            h.update(str(f.relative_to(root)).encode("utf-8"))
-            h.update(f.read_bytes())
-    return h.hexdigest()
+    return sources_digest(root, CODE)
 
 
 def models_digest(settings: Mapping[str, Mapping[str, Any]]) -> str:

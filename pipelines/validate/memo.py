@@ -14,43 +14,27 @@ never reads it: ``ingest`` validates in full and writes its report every time. W
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from pipelines.atomic import write_json
+from pipelines.digest import files_digest, sources_digest
 from pipelines.registry import CheckOutcome
 from pipelines.validate.report import ValidationReport
 
 FORMAT = 2  # bump when the kept payload changes: older verdicts are then ignored
-_CODE = (Path(__file__).resolve().parents[1] / "data", Path(__file__).resolve().parent)
-
-
-def _code_digest() -> str:
-    h = hashlib.sha256()
-    for folder in _CODE:
-        for f in sorted(folder.rglob("*.py")) + sorted(folder.rglob("*.yaml")):
-            h.update(f.name.encode("utf-8"))
-            h.update(f.read_bytes())
-    return h.hexdigest()
+_ROOT = Path(__file__).resolve().parents[2]
+_CODE = ("pipelines/data", "pipelines/validate")   # the code that loads and checks a file
 
 
 def verdict_key(source: str, path: str | os.PathLike, profile: str, max_dropped_turn_share: float) -> str:
     """sha256 over the file's bytes (a folder: its files by relative path), the loader, the profile, the loss
     policy and the code of ``pipelines/data`` and ``pipelines/validate``."""
-    h = hashlib.sha256(json.dumps({"format": FORMAT, "source": source, "profile": profile,
-                                   "max_dropped_turn_share": float(max_dropped_turn_share),
-                                   "code": _code_digest()}, sort_keys=True).encode("utf-8"))
-    path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        h.update(str(f.relative_to(path) if path.is_dir() else "").encode("utf-8"))
-        with f.open("rb") as stream:
-            for block in iter(lambda: stream.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
+    return files_digest([path], {"format": FORMAT, "source": source, "profile": profile,
+                                 "max_dropped_turn_share": float(max_dropped_turn_share),
+                                 "code": sources_digest(_ROOT, _CODE)})
 
 
 def report_from_dict(d: dict[str, Any]) -> ValidationReport:

@@ -53,7 +53,7 @@ def test_other_bytes_policy_or_code_validate_again(quirky, tmp_path, monkeypatch
     assert verdicts.verdict_key("longmemeval", quirky, "generic", 0.05) != key
     assert verdicts.verdict_key("longmemeval", quirky, "generic", 0.5) != verdicts.verdict_key(
         "longmemeval", quirky, "generic", 0.05)
-    monkeypatch.setattr(verdicts, "_code_digest", lambda: "other code")
+    monkeypatch.setattr(verdicts, "sources_digest", lambda root, folders: "other code")
     assert verdicts.verdict_key("longmemeval", quirky, "generic", 0.05) != key
     load_and_validate("longmemeval", quirky, memo=memo)
     assert len(list(memo.glob("*.json"))) == 2
