@@ -21,6 +21,34 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
+# Scheduling of `make test` (pytest-xdist's loadscope: a module's tests on one worker, sharing its fixtures). The
+# browser tests share one whole-graph run (tests/browser/conftest.py's session fixtures): one scope, so one worker
+# runs it once. The long scopes start first, so no worker is left with one of them at the end while the others idle
+# (xdist's own order is by number of tests, which puts these last). The order changes speed only, never a result.
+SHARED_SCOPES = ("tests/browser/",)
+LONG_SCOPES = ("tests/browser/", "tests/test_e2e.py", "tests/training/test_distributed.py", "tests/test_cli_shards.py",
+               "tests/evaluate/test_benchmark_concurrency.py", "tests/memory/peers/test_mem0.py",
+               "tests/data/test_stage.py", "tests/test_cli_benchmark.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LongFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return next((s for s in SHARED_SCOPES if nodeid.startswith(s)), None) or super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            for scope in reversed(LONG_SCOPES):
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return LongFirst(config, log)
+
+
 @pytest.fixture
 def mlflow_store(tmp_path, monkeypatch):
     """A real, empty MLflow store (SQLite + artifact folder) in a temp dir."""
