@@ -188,9 +188,14 @@ class PeerStrategy(MemoryStrategy):
 
     def reset(self) -> None:
         super().reset()
-        if getattr(self, "_product", None) is not None:
-            self._close()
-        self._product = None
+        try:
+            if getattr(self, "_product", None) is not None:
+                self._close()
+        finally:
+            self._product = None
+            runner, self._runner = self._runner, None   # the event loop of :meth:`run`, after the product's close
+            if runner is not None:
+                runner.close()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -210,14 +215,8 @@ class PeerStrategy(MemoryStrategy):
 
     def run(self, coroutine):
         """Run one of an async product's coroutines to its end on the strategy's own event loop (in this thread)."""
-        self._runner = self._runner or asyncio.Runner()
+        self._runner = self._runner or asyncio.Runner()   # closed by reset (a later call opens another)
         return self._runner.run(coroutine)
-
-    def _close_runner(self) -> None:
-        """Close the event loop of :meth:`run` (a later call opens another)."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            runner.close()
 
     # --- the five calls ----------------------------------------------------------------------------------------
     def prepare(self, episodes: Sequence[Episode]) -> None:
@@ -345,7 +344,8 @@ class PeerStrategy(MemoryStrategy):
         raise NotImplementedError
 
     def _close(self) -> None:
-        """Release the product's memory (default: nothing)."""
+        """Release the product's memory (default: nothing; reset then drops the product and closes the event loop
+        of :meth:`run`)."""
 
     def _ingest(self, episode: Episode, session: Session, chunk: list[Turn]) -> list[tuple[str, str, Iterable[str]]]:
         """Feed ``chunk`` (turns of ``session``) to the product in the current scope; (product id, text, turn ids it

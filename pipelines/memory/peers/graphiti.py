@@ -219,13 +219,9 @@ class Graphiti(PeerStrategy):
                        cross_encoder=cross_encoder(self), max_coroutines=1)
 
     def _close(self) -> None:
-        product, self._product = self._product, None
-        try:
-            self.run(product.close())
-            product.driver.client.close()
-            product.driver.db.close()
-        finally:
-            self._close_runner()
+        self.run(self._product.close())
+        self._product.driver.client.close()
+        self._product.driver.db.close()
 
     def reference_time(self, session: Session) -> datetime:
         """The session's date as Graphiti's ``reference_time`` (UTC when it names no zone)."""

@@ -310,10 +310,6 @@ class LangMem(PeerStrategy):
         return create_memory_store_manager(model(strategy=self), namespace=NAMESPACE, store=store,
                                            query_limit=self.config.query_limit)
 
-    def _close(self) -> None:
-        self._product = None   # the store is in memory: dropped with the manager
-        self._close_runner()
-
     @property
     def store(self):
         return self.product.store
