@@ -120,3 +120,12 @@ def test_the_benchmark_reads_the_method_stages_outputs_through_the_registry():
     assert not any(isinstance(i, OutputOf) for s in STAGES.values() for i in s.inputs)   # all resolved
     with pytest.raises(ValueError, match="reads an output of stage 'nosuch', which is not registered"):
         OutputOf("nosuch").resolve("benchmark")
+
+
+def test_the_registry_and_the_dagster_definitions_load_without_torch():
+    """Every stage process, Dagster step and CLI command loads the registry first: torch (about 2 s to import)
+    is imported by the stages that build a model, when they run, not by the registry."""
+    code = ("import sys, pipelines.stages, assets.definitions; "
+            "print(sorted(m for m in ('torch', 'transformers', 'bitsandbytes') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

@@ -67,7 +67,7 @@ import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -76,77 +76,9 @@ from torch import nn
 from pipelines.data.schema import Episode
 from pipelines.emma.formats import EpisodeView, FormatConfig
 from pipelines.errors import ConfigError
-from pipelines.models.minilm import minilm_path
 from pipelines.training.config import Tokens
 
-CONFIG_FILE = "retriever.json"
-EVAL_FILE = "retriever_eval.json"   # the emma_retriever stage's test scores, in the model folder (the report reads it)
-PAIRS = ("memory_tags", "questions", "session_questions")  # the kinds of training examples (RetrieverConfig.pairs)
-
-
-@dataclass(frozen=True)
-class RetrieverConfig:
-    """EMMA retriever settings (params.yaml ``emma.retriever``); paper values from Appendix E.2."""
-
-    model: str | None = None           # checkpoint name or local path for both encoders; None = shipped MiniLM
-    context_max_length: int = 512      # max tokens of the dialogue context (E_c)
-    memory_max_length: int = 32        # max tokens of a memory sentence (E_m)
-    pooling: Literal["mean", "cls"] = "mean"  # sentence vector: masked mean of the last layer (MiniLM), or
-                                              # [CLS] (the authors' BERT-base: the paper profile)
-    context_truncation: Literal["left", "right"] = "left"  # which end of a long context is cut
-    margin: float = 0.2                # triplet margin on the cosine distance (in (0, 2])
-    lr: float = 1e-4                   # learning rate (AdamW)
-    batch_size: int = 90               # triplets per micro-batch PER PROCESS (TrainConfig.batch_size): E.2's 90
-                                       # on 8 GPUs read as per GPU (90 is no multiple of 8); a step takes
-                                       # batch_size x grad_accum x processes triplets
-    max_epochs: int = 20               # at most this many epochs, with early stopping (E.2; no criterion named)
-    patience: int = 2                  # validation passes (every eval_every steps) without a lower validation
-                                       # triplet loss before stopping (the engine's criterion); 0: never
-    negative_mining: Literal["semi-hard", "hardest", "random"] = "semi-hard"  # which negative of an example is used
-    max_negatives: int = 32            # negatives scored per example when mining (seeded subset)
-    seed: int = 2024                   # example order, negative subsets
-    pairs: tuple[str, ...] = ("memory_tags",)  # which examples train (and validate) it: "memory_tags" (MiSC's tagged
-                                       # turns, the paper's data), "questions" (question -> its evidence turns,
-                                       # candidates = the episode's earlier turns; set memory_max_length 64-128 for
-                                       # turns), "session_questions" (question -> the main speaker's turns of its
-                                       # evidence sessions: RealMem; see question_examples)
-
-    def __post_init__(self) -> None:
-        pairs = (self.pairs,) if isinstance(self.pairs, str) else tuple(self.pairs)   # YAML and JSON give lists
-        object.__setattr__(self, "pairs", pairs)
-        unknown = [p for p in pairs if p not in PAIRS]
-        if not pairs or unknown or len(set(pairs)) != len(pairs):
-            raise ConfigError(f"emma.retriever.pairs must list some of {list(PAIRS)}, each once, got {list(pairs)!r}.")
-        for name in ("context_max_length", "memory_max_length", "batch_size", "max_epochs", "max_negatives"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"emma.retriever.{name} must be a positive integer, got {value!r}.")
-        if self.patience < 0:
-            raise ConfigError(f"emma.retriever.patience must be >= 0, got {self.patience!r}.")
-        if not 0 < self.margin <= 2:
-            raise ConfigError(f"emma.retriever.margin must lie in (0, 2]: a cosine distance lies in [0, 2], "
-                              f"so a larger margin can never be met; got {self.margin!r}.")
-        if not self.lr > 0:
-            raise ConfigError(f"emma.retriever.lr must be positive, got {self.lr!r}.")
-        if self.pooling not in ("mean", "cls"):
-            raise ConfigError(f"emma.retriever.pooling must be 'mean' or 'cls', got {self.pooling!r}.")
-        if self.negative_mining not in ("semi-hard", "hardest", "random"):
-            raise ConfigError(f"emma.retriever.negative_mining must be 'semi-hard', 'hardest' or 'random', "
-                              f"got {self.negative_mining!r}.")
-        if self.context_truncation not in ("left", "right"):
-            raise ConfigError(f"emma.retriever.context_truncation must be 'left' or 'right', "
-                              f"got {self.context_truncation!r}.")
-
-    def resolved_model(self) -> str:
-        return str(self.model or minilm_path())
-
-    def train_config(self, output_dir: str | os.PathLike, **overrides):
-        """The engine's TrainConfig with Appendix E.2's lr, batch size, epochs and early stopping."""
-        from pipelines.training.config import TrainConfig
-
-        values = dict(output_dir=str(output_dir), lr=self.lr, batch_size=self.batch_size, epochs=self.max_epochs,
-                      early_stopping_patience=self.patience or None, seed=self.seed)
-        return TrainConfig(**{**values, **overrides})
+from pipelines.emma.retriever_config import CONFIG_FILE, PAIRS, RetrieverConfig
 
 
 # --- the loss: pure tensor functions --------------------------------------------------------------

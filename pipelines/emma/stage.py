@@ -20,8 +20,8 @@ from pipelines.data.folds import Folds
 from pipelines.data.stage import training_episodes, training_inputs, training_split
 from pipelines.emma.dialogue_config import EMMADialogueConfig
 from pipelines.emma.formats import FormatConfig
-from pipelines.emma.retriever import EVAL_FILE as RETRIEVER_EVAL
-from pipelines.emma.retriever import RetrieverConfig
+from pipelines.emma.retriever_config import EVAL_FILE as RETRIEVER_EVAL
+from pipelines.emma.retriever_config import RetrieverConfig
 from pipelines.registry import Section, StageResult, config_section, stage
 from pipelines.training.config import train_section
 

@@ -8,7 +8,7 @@ import shutil
 from pipelines.config import load_params
 from pipelines.data.schema import iter_episodes
 from pipelines.data.stage import canonical_dir
-from pipelines.emma.retriever import EVAL_FILE as EMMA_RETRIEVER_EVAL
+from pipelines.emma.retriever_config import EVAL_FILE as EMMA_RETRIEVER_EVAL
 from pipelines.evaluate.settings import BenchmarkSettings
 from pipelines.evaluate.suite import strategy_defaults
 from pipelines.glong.extractor import EVAL_FILE as GLONG_EVAL

@@ -17,7 +17,7 @@ from pipelines.config_schema import build_config, dataset_names
 from pipelines.data.folds import Folds
 from pipelines.data.stage import training_inputs
 from pipelines.registry import Section, StageResult, config_section, stage
-from pipelines.rerank.cross_encoder import CrossEncoderConfig
+from pipelines.rerank.cross_encoder_config import CrossEncoderConfig
 from pipelines.training.config import train_section
 
 RERANKER = "models/reranker"

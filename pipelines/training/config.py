@@ -13,9 +13,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pipelines.errors import ConfigError
 from pipelines.registry import Base, Section
@@ -29,7 +27,10 @@ ZERO3_WITH_QUANTIZED = ("DeepSpeed ZeRO-3 cannot train this model: ZeRO-3 partit
                         "can neither shard nor gather. With QLoRA use DDP or ZeRO-2 (which shards the LoRA "
                         "weights' gradients and optimizer states), or load the base in full precision "
                         "(emma.dialogue.load_in_4bit: false, glong.extractor.quantize_4bit: false) to use ZeRO-3.")
-Tokens = int | torch.Tensor  # target tokens of a micro-batch: a count known from shapes, or a 0-d device tensor
+if TYPE_CHECKING:  # torch is imported where a model is built, not by the stage registry (the CLI starts faster)
+    import torch
+
+Tokens = "int | torch.Tensor"  # target tokens of a micro-batch: a count known from shapes, or a 0-d device tensor
 SCHEDULES = ("linear", "constant")
 
 
@@ -206,6 +207,17 @@ class TrainSummary:
         if self.best_valid_loss is not None:
             out["best_valid_loss"] = float(self.best_valid_loss)
         return out
+
+
+class EngineSettings:
+    """A model's settings that carry the engine's knobs under the model's own names (``lr``, ``batch_size``,
+    ``max_epochs``, ``patience``, ``seed``): EMMA's retriever, the re-ranker."""
+
+    def train_config(self, output_dir: str | Path, **overrides) -> TrainConfig:
+        """The engine's TrainConfig with these settings' lr, batch size, epochs and early stopping."""
+        values = dict(output_dir=str(output_dir), lr=self.lr, batch_size=self.batch_size, epochs=self.max_epochs,
+                      early_stopping_patience=self.patience or None, seed=self.seed)
+        return TrainConfig(**{**values, **overrides})
 
 
 def train_base(config: dict, root: Path) -> dict:

@@ -50,6 +50,7 @@ import os
 import resource
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -189,9 +190,8 @@ def keep_4bit_trainable(model: torch.nn.Module) -> int:
     validation pass in the middle of training triggers it, so the engine opts every model it trains
     out (EMMA's dialogue module, G-Long's extractor); models loaded for inference keep the fast path.
     """
-    try:
-        import bitsandbytes as bnb
-    except ImportError:  # no bitsandbytes: no 4-bit layers
+    bnb = sys.modules.get("bitsandbytes")
+    if bnb is None:  # never imported, so no 4-bit layer exists (and importing it here would cost seconds)
         return 0
     changed = 0
     for module in model.modules():

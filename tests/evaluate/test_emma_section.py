@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from pipelines.emma.retriever import EVAL_FILE
+from pipelines.emma.retriever_config import EVAL_FILE
 from pipelines.registry import output
 from pipelines.data.schema import write_episodes
 from pipelines.emma.formats import build_examples, write_examples

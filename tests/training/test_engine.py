@@ -362,3 +362,21 @@ def test_a_model_without_trainable_parameters_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="no trainable parameter"):
         train(Frozen(), _config(tmp_path, "frozen"), progress=False)
+
+
+def test_keep_4bit_trainable_opts_every_4bit_layer_out_and_plain_models_need_no_bitsandbytes():
+    import subprocess
+    import sys
+
+    import bitsandbytes as bnb
+
+    from pipelines.training.engine import keep_4bit_trainable
+
+    model = torch.nn.Sequential(bnb.nn.Linear4bit(8, 8), torch.nn.ReLU(), bnb.nn.Linear4bit(8, 2), torch.nn.Linear(2, 1))
+    assert keep_4bit_trainable(model) == 2
+    assert not model[0].support_avx512bf16_for_cpu and not model[2].support_avx512bf16_for_cpu
+    # A model without 4-bit layers is left alone without importing bitsandbytes (seconds of every training stage).
+    code = ("import sys, torch; from pipelines.training.engine import keep_4bit_trainable; "
+            "print(keep_4bit_trainable(torch.nn.Linear(2, 2)), 'bitsandbytes' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "False"]

@@ -34,17 +34,19 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from pipelines.data.schema import Episode, Query, Session, Triplet
 from pipelines.errors import ConfigError, DataError
 from pipelines.glong.graph import GraphMemoryBank, NewFact
-from pipelines.glong.importance import ImportanceScorer, uniform_importance
 from pipelines.glong.retrieve import memory_block, retrieve
 from pipelines.memory.base import (MemoryStrategy, Retrieved, Selector, check_k, register_strategy,
                                    session_participants)
 from pipelines.memory.graph.config import GraphConfig
 from pipelines.memory.writers import shared_writer
+
+if TYPE_CHECKING:  # the summariser's module imports torch: loaded when a strategy is built, not by the registry
+    from pipelines.glong.importance import ImportanceScorer
 
 # A triplet extractor maps (speaker, utterance) pairs to one list of triplets per pair.
 Extractor = Callable[[Sequence[tuple[str, str]]], list[list[Triplet]]]
@@ -140,6 +142,8 @@ class GraphMemory(MemoryStrategy):
             extractor = shared_writer("extractor", c.extractor_llm, c.llm_cache_dir, role="graph.extractor_llm")
         self.extractor = extractor
         if c.importance == "uniform":
+            from pipelines.glong.importance import uniform_importance
+
             self.scorer: ImportanceScorer = uniform_importance
         elif scorer is not None:
             self.scorer = scorer
