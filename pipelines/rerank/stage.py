@@ -1,7 +1,7 @@
 """The reranker stage (issue #18): the cross-encoder re-ranker trained on question -> evidence pairs.
 
 params.yaml ``rerank``: ``sources`` (the datasets it learns from, as every training stage's), ``model`` (the
-:class:`~pipelines.rerank.cross_encoder.CrossEncoderConfig`), ``train`` (the engine's knobs over those it
+:class:`~pipelines.rerank.cross_encoder_config.CrossEncoderConfig`), ``train`` (the engine's knobs over those it
 derives), ``folds`` (absent: none; :mod:`pipelines.training.folds`: one model per fold of a one-split dataset, the
 same folds as ``emma.retriever_folds``). The ``rerank`` strategy of the benchmark uses the saved models, each
 conversation scored by a model that never saw it.
