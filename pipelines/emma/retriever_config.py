@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipelines.errors import ConfigError
-from pipelines.training.config import EngineSettings
 from pipelines.models.minilm import minilm_path
+from pipelines.training.config import EngineSettings
 
 CONFIG_FILE = "retriever.json"
 EVAL_FILE = "retriever_eval.json"   # the emma_retriever stage's test scores, in the model folder (the report reads it)
