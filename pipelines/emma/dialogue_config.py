@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from pipelines.emma.formats import TASKS
 from pipelines.errors import ConfigError
+from pipelines.training.config import EngineSettings
 
 if TYPE_CHECKING:
     import torch
@@ -49,7 +50,7 @@ TOKENIZER_DIR = "tokenizer"
 
 
 @dataclass(frozen=True)
-class EMMADialogueConfig:
+class EMMADialogueConfig(EngineSettings):
     """The dialogue module (params.yaml ``emma.dialogue``); defaults are Appendix E.1's."""
 
     model: str = "tiny"                     # T5 spec ("tiny", "t5-small", "flan-t5-large": random init), a name
@@ -157,13 +158,10 @@ class EMMADialogueConfig:
         return getattr(torch, self.compute_dtype)
 
     def train_config(self, output_dir: str | os.PathLike, **overrides):
-        """The engine's TrainConfig with Appendix E.1's lr, batch, epochs and early stopping."""
-        from pipelines.training.config import TrainConfig
-
-        values = dict(output_dir=str(output_dir), lr=self.lr, batch_size=self.batch_size, epochs=self.max_epochs,
-                      early_stopping_patience=self.patience or None, seed=self.seed, deepspeed=self.deepspeed,
-                      group_by_length=self.group_by_length)
-        return TrainConfig(**{**values, **overrides})
+        """The engine's TrainConfig with Appendix E.1's lr, batch, epochs and early stopping, and this module's
+        DeepSpeed config and length grouping."""
+        return super().train_config(output_dir, **{"deepspeed": self.deepspeed,
+                                                   "group_by_length": self.group_by_length, **overrides})
 
 
 # --- the base model a name stands for ---------------------------------------------------------------

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from pipelines.errors import ConfigError
 from pipelines.registry import Base, Section
@@ -30,7 +30,7 @@ ZERO3_WITH_QUANTIZED = ("DeepSpeed ZeRO-3 cannot train this model: ZeRO-3 partit
 if TYPE_CHECKING:  # torch is imported where a model is built, not by the stage registry (the CLI starts faster)
     import torch
 
-Tokens = "int | torch.Tensor"  # target tokens of a micro-batch: a count known from shapes, or a 0-d device tensor
+Tokens: TypeAlias = "int | torch.Tensor"  # target tokens of a micro-batch: a count known from shapes, or a 0-d device tensor
 SCHEDULES = ("linear", "constant")
 
 
@@ -211,7 +211,7 @@ class TrainSummary:
 
 class EngineSettings:
     """A model's settings that carry the engine's knobs under the model's own names (``lr``, ``batch_size``,
-    ``max_epochs``, ``patience``, ``seed``): EMMA's retriever, the re-ranker."""
+    ``max_epochs``, ``patience``, ``seed``): EMMA's dialogue module and retriever, the re-ranker."""
 
     def train_config(self, output_dir: str | Path, **overrides) -> TrainConfig:
         """The engine's TrainConfig with these settings' lr, batch size, epochs and early stopping."""
