@@ -391,7 +391,7 @@ def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], Memor
         build = strategy
         label = name or getattr(strategy, "name", None) or "strategy"
     episodes = list(episodes)
-    writers_before = _writer_counts()
+    writers_before = _writer_counts(start=True)
     if episodes:
         build().prepare(episodes)  # batched pure precomputation (embeddings); memory stays empty
     scores: list[QueryScore] = []
@@ -412,10 +412,14 @@ def run_protocol(episodes: Iterable[Episode], strategy: str | Callable[[], Memor
                           writers=_writer_delta(writers_before, _writer_counts()))
 
 
-def _writer_counts() -> dict[tuple[str, str], dict[str, Any]]:
-    """(role, model) -> the report of each language-model writer of the process (cumulative counts)."""
-    from pipelines.memory.writers import writer_reports
+def _writer_counts(start: bool = False) -> dict[tuple[str, str], dict[str, Any]]:
+    """(role, model) -> the report of each language-model writer of the process (cumulative counts); ``start``: the
+    writers' peaks (``longest_prompt``) start afresh first, so that the next :func:`_writer_delta` reports the peaks
+    of what ran in between."""
+    from pipelines.memory.writers import reset_peaks, writer_reports
 
+    if start:
+        reset_peaks()
     return {(r["role"], r["model"]): r for r in writer_reports()}
 
 
@@ -423,9 +427,12 @@ def _writer_delta(before: dict, after: dict) -> list[dict[str, Any]]:
     """What each writer did between two :func:`_writer_counts` (numbers subtracted, nested counts too); the writers
     that did nothing are left out (a product's writer whose every prompt was refused, or whose product failed, did
     something: it is kept, to say why its memory is empty)."""
+    from pipelines.memory.writers import PEAKS
+
     def minus(new: Any, old: Any) -> Any:
         if isinstance(new, dict):
-            return {k: minus(v, (old or {}).get(k) if isinstance(old, dict) else None) for k, v in new.items()}
+            return {k: new[k] if k in PEAKS else minus(v, (old or {}).get(k) if isinstance(old, dict) else None)
+                    for k, v in new.items()}
         if isinstance(new, (int, float)) and not isinstance(new, bool):
             return new - (old if isinstance(old, (int, float)) and not isinstance(old, bool) else 0)
         return new

@@ -288,7 +288,7 @@ def run_shard(episodes: Iterable[Episode], strategies: Sequence[str], build: Str
             for name in list(running):
                 try:
                     memory = build(name)
-                    before = _writer_counts()
+                    before = _writer_counts(start=True)
                     contexts: list[AnswerContext] = []
                     scores, excluded = evaluate_episode(episode, memory, config, name=name, contexts=contexts)
                     parts[name] = _strategy_part(memory, episode, scores, excluded, contexts,
@@ -372,11 +372,14 @@ def results_from_records(records: Iterable[dict], strategies: Sequence[str],
 
 
 def _sum_writers(total: list[dict], more: list[dict]) -> list[dict]:
-    """Writer reports (pipelines.memory.writers: role, model and counts) added up per (role, model)."""
+    """Writer reports (pipelines.memory.writers: role, model and counts) added up per (role, model); a peak
+    (:data:`~pipelines.memory.writers.PEAKS`) is the larger of the two."""
+    from pipelines.memory.writers import PEAKS
+
     def plus(a: Any, b: Any) -> Any:
         if isinstance(a, dict) and isinstance(b, dict):
-            return {k: plus(a.get(k), b.get(k)) if k in a and k in b else (a[k] if k in a else b[k])
-                    for k in dict.fromkeys([*a, *b])}
+            return {k: (max(a[k], b[k]) if k in PEAKS else plus(a[k], b[k])) if k in a and k in b
+                    else (a[k] if k in a else b[k]) for k in dict.fromkeys([*a, *b])}
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
             return a + b
         return a

@@ -191,6 +191,9 @@ class Writer:
         """What a writer adds to its report (the extractor: utterances, triplets, parse counts)."""
         return {}
 
+    def reset_peaks(self) -> None:
+        """Start the report's :data:`PEAKS` afresh (the benchmark does at each episode: a peak is the episode's)."""
+
 
 class LLMExtractor(Writer):
     """G-Long's triplet extraction by an LLM: (speaker, utterance) pairs -> one triplet list per pair."""
@@ -321,6 +324,11 @@ class LLMSummariser(Writer):
         return self.forget_requests([self.messages(r) for r in requests], self.settings())
 
 
+PEAKS = frozenset({"longest_prompt"})
+"""Report fields that are a maximum, not a count: since :meth:`Writer.reset_peaks`, combined by max, never summed or
+subtracted (pipelines/evaluate/protocol.py, shards.py)."""
+
+
 class PromptTooLong(Exception):
     """A product's prompt that does not fit its model's window: refused, never cut (a cut prompt is another
     product)."""
@@ -338,7 +346,7 @@ class LLMChat(Writer):
     def __init__(self, llm: LLM, config: LLMConfig, role: str = "peer.llm"):
         super().__init__(llm, config, role)
         self.refused_too_long = 0
-        self.longest_prompt = 0             # tokens of the longest prompt asked or refused
+        self.longest_prompt = 0             # tokens of the longest prompt asked or refused since reset_peaks
         self.outcomes: dict[str, int] = {}  # the adapter's tally of what the product made of the answers
 
     def __call__(self, messages: Messages) -> str:
@@ -362,6 +370,10 @@ class LLMChat(Writer):
     def forget(self, conversations: Iterable[Messages]) -> int:
         """Remove the cached responses of ``conversations`` (as asked); how many went."""
         return self.forget_requests(list(conversations), self.settings())
+
+    def reset_peaks(self) -> None:
+        with self._lock:
+            self.longest_prompt = 0
 
     def extra_report(self) -> dict[str, Any]:
         return {"refused_too_long": self.refused_too_long, "longest_prompt": self.longest_prompt,
@@ -395,6 +407,14 @@ def shared_writer(kind: str, llm: Mapping[str, Any] | LLMConfig, cache_dir: str 
         if key not in _SHARED:
             _SHARED[key] = WRITERS[kind](build_llm(config, cache_dir), config, role=role, **options)
         return _SHARED[key]
+
+
+def reset_peaks() -> None:
+    """:meth:`Writer.reset_peaks` of every writer built in this process."""
+    with _SHARED_LOCK:
+        writers = list(_SHARED.values())
+    for w in writers:
+        w.reset_peaks()
 
 
 def writer_reports() -> list[dict[str, Any]]:

@@ -281,3 +281,38 @@ def test_index_bytes_are_recorded_per_episode_when_measured(episode):
     result = run_protocol([episode], Sized, CONFIG)
     assert result.index_bytes == [100 * 8 + 100 * 4]  # 8 turns and 4 memories held after the last session
     assert run_protocol([episode], Spy, CONFIG).index_bytes == []
+
+
+class _Chat:
+    """A writer as the benchmark sees it: a cumulative report, and a peak that starts afresh on reset_peaks."""
+
+    def __init__(self):
+        self.calls, self.longest_prompt = 0, 0
+
+    def ask(self, tokens: int) -> None:
+        self.calls += 1
+        self.longest_prompt = max(self.longest_prompt, tokens)
+
+    def reset_peaks(self) -> None:
+        self.longest_prompt = 0
+
+    def report(self) -> dict:
+        return {"role": "peer.llm", "model": "m", "calls": self.calls, "longest_prompt": self.longest_prompt}
+
+
+def test_each_episodes_writer_report_has_its_own_counts_and_its_own_longest_prompt(monkeypatch):
+    """A peak is not a count: the second episode, whose prompts are shorter than the first's, reports its own
+    longest prompt (before, the two maxima were subtracted: 0)."""
+    from pipelines.evaluate.protocol import _writer_counts, _writer_delta
+    from pipelines.memory import writers
+
+    chat = _Chat()
+    monkeypatch.setattr(writers, "_SHARED", {"chat": chat})
+    reports = []
+    for prompts in ([2507, 900], [1200, 300, 40]):
+        before = _writer_counts(start=True)
+        for tokens in prompts:
+            chat.ask(tokens)
+        reports.append(_writer_delta(before, _writer_counts()))
+    assert reports == [[{"role": "peer.llm", "model": "m", "calls": 2, "longest_prompt": 2507}],
+                       [{"role": "peer.llm", "model": "m", "calls": 3, "longest_prompt": 1200}]]

@@ -167,3 +167,10 @@ def test_streamed_blocks_give_the_same_records_and_release_earlier_episodes():
     assert seen_at_prepare == [2, 2, 2]  # one block of 2 in memory at a time, the earlier ones released
     with pytest.raises(ValueError, match="prepare_block"):
         run_shard(_episodes(1), ["bm25"], build, CONFIG, prepare_block=0)
+
+
+def test_a_writers_longest_prompt_is_the_larger_not_the_sum():
+    a = [{"role": "peer.llm", "model": "m", "calls": 19, "longest_prompt": 2507}]
+    b = [{"role": "peer.llm", "model": "m", "calls": 32, "longest_prompt": 1900}]
+    assert _sum_writers(_sum_writers([], a), b) == [{"role": "peer.llm", "model": "m", "calls": 51,
+                                                      "longest_prompt": 2507}]
