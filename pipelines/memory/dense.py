@@ -53,7 +53,8 @@ class DenseConfig(StrategyConfig):
     cache_dir: str | None = DEFAULT_CACHE_DIR  # embedding cache folder (relative to the cwd); None: no cache
     batch_size: int | None = None            # texts per forward pass of the encoder; None: 32 on the CPU, 256 on a GPU
     device: str = "auto"                     # auto (a CUDA GPU when torch sees one, else cpu) | cpu | cuda | cuda:N
-    backend: str = "auto"                    # auto (openvino on the CPU, torch on a GPU) | torch | onnx | openvino
+    backend: str = "auto"                    # auto (torch on a GPU or a CPU with native bf16, else openvino)
+                                             # | torch | onnx | openvino
     quantization: str = "auto"               # auto = none (fp32) | none | int8 (onnx: dynamic, this CPU's preset;
                                              # openvino: static, NNCF) | int8_avx2 | int8_avx512 | int8_avx512_vnni |
                                              # int8_arm64 (onnx, a named preset) | int8_weights (openvino)

@@ -16,10 +16,12 @@ that is fastest on the hardware.
                 ``int8_weights`` its weight-only int8 compression.
 
   Defaults (``backend: auto``, ``quantization: auto``, ``device: auto``): torch with bf16/fp16 autocast on a GPU;
-  on the CPU OpenVINO fp32, the fastest variant whose rankings stay those of torch fp32 (benchmarks/
-  embedding_backends.py: 1.2-1.6x torch fp32 on 2 AVX2 cores, cosines 1.0000). The int8 variants are faster still
-  (onnx int8 up to 2.1x) but moved session recall@5 / nDCG@10 of some strategies by more than 0.005 on the
-  LongMemEval sample and LoCoMo (issue #29's band), so they are opt-in.
+  on the CPU the fastest variant measured whose rankings stay those of torch fp32 (:func:`default_cpu_backend`):
+  torch in bf16 autocast on a CPU that computes bf16 natively (AVX512-BF16 or AMX: 2.6x torch fp32 and 1.2-1.3x
+  OpenVINO fp32 on 2 cores of an AVX-512 EPYC), else OpenVINO fp32 (1.2-1.6x torch fp32 on 2 AVX2 cores, cosines
+  1.0000). The int8 variants are faster still (OpenVINO int8 2.4x OpenVINO fp32 with VNNI) but moved session
+  recall@5 / nDCG@10 of some strategies by more than 0.005 on the LongMemEval sample and LoCoMo (issue #29's band),
+  so they are opt-in.
 
   sentence-transformers' own ``backend="onnx" | "openvino"`` need ``optimum-onnx`` / ``optimum-intel``, whose
   releases require transformers < 4.58 / < 5.6 and fail at import under the pinned transformers 5.23, so the export
@@ -72,7 +74,6 @@ META_FILE = "encoder.json"
 EXPORT_FORMAT = 1               # bump when the export recipe changes: older exports are then made anew
 
 BACKENDS = ("auto", "torch", "onnx", "openvino")
-DEFAULT_CPU_BACKEND = "openvino"   # the fastest fp32 one measured on 2 AVX2 cores (benchmarks/embedding_backends.py)
 INT8_PRESETS = ("avx2", "avx512", "avx512_vnni", "arm64")
 QUANTIZATIONS = {               # backend -> its quantization names ("auto": the backend's default below)
     "torch": ("none",),
@@ -181,23 +182,40 @@ def check_backend(backend: str, quantization: str, precision: str = "auto", devi
 
 def resolve_backend(backend: str, device: str, precision: str = "auto") -> str:
     """The backend to run: ``auto`` is torch on a GPU or for an explicit bf16/fp16 ``precision``, else
-    :data:`DEFAULT_CPU_BACKEND`."""
+    :func:`default_cpu_backend`."""
     if backend == "auto":
         torch_wanted = str(device).startswith("cuda") or precision in ("bf16", "fp16")
-        return "torch" if torch_wanted else DEFAULT_CPU_BACKEND
+        return "torch" if torch_wanted else default_cpu_backend()
     return backend
+
+
+def cpu_flags() -> set[str]:
+    """The instruction-set flags of this CPU (``/proc/cpuinfo``; empty where it cannot be read)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.partition(":")[2].split())
+    return set()
+
+
+def default_cpu_backend(native_bf16: bool | None = None) -> str:
+    """The fastest backend measured on the CPU whose vectors keep torch fp32's rankings, each backend in its own
+    process on the dense strategy's path (length-sorted batches of 32 real LongMemEval user turns, 2 cores): torch
+    in bf16 autocast where the CPU computes bf16 natively (``native_bf16``, default :func:`resolve_precision`'s
+    test; AVX512-BF16 or AMX: 318-333 texts/s against OpenVINO fp32's 260 and torch fp32's 126 on an AVX-512 EPYC,
+    a cold LongMemEval S-shaped run 384 s against 589 s, session recall_all@5 / ndcg_any@10 within 0.002 of
+    OpenVINO fp32's on the LongMemEval sample and LoCoMo), else OpenVINO fp32 (91-97 texts/s against torch fp32's
+    64 on 2 AVX2 cores)."""
+    if native_bf16 is None:
+        native_bf16 = resolve_precision("auto", "cpu") == "bf16"
+    return "torch" if native_bf16 else "openvino"
 
 
 def cpu_int8_preset() -> str:
     """The dynamic int8 preset of this CPU: ``arm64``, ``avx512_vnni``, ``avx512`` or ``avx2`` (from its flags)."""
     if platform.machine().lower() in ("arm64", "aarch64"):
         return "arm64"
-    flags: set[str] = set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.partition(":")[2].split())
-                break
+    flags = cpu_flags()
     if "avx512_vnni" in flags or "avx512vnni" in flags:
         return "avx512_vnni"
     if {"avx512f", "avx512bw"} <= flags:
@@ -274,7 +292,7 @@ def load_encoder(model_path: str | os.PathLike | None = None, device: str = "cpu
     ``model_path`` None means the shipped all-MiniLM-L6-v2. ``torch`` gives a SentenceTransformer on ``device``;
     ``onnx`` / ``openvino`` a :class:`RuntimeEncoder` over the export of the model in ``export_dir`` (made on first
     use). ``device``, ``backend`` and ``quantization`` take the same values as the dense settings; the defaults
-    give the dense strategy's default encoder (on the CPU: :data:`DEFAULT_CPU_BACKEND`). An :class:`Embedder` reads
+    give the dense strategy's default encoder (on the CPU: :func:`default_cpu_backend`). An :class:`Embedder` reads
     the backend and quantization off the encoder for its cache key.
     """
     path = Path(model_path) if model_path else default_model_path()
