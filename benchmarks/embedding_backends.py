@@ -18,6 +18,9 @@ int8 calibrated on local texts) encodes the same texts with the same batch size;
 of every variant, then pass 2, ...) and a variant's figure is its best pass (on a machine shared with other work,
 interference only adds time), with ``texts/cpu-s`` beside (texts per second of this process's CPU time, which other
 work on the machine inflates less). ``cos``: the cosine of each text's vector to torch fp32's (min and mean).
+The runtimes' idle worker threads (ONNX Runtime's spin, OpenVINO's) can slow the variant that runs after them in the
+same process: on 2 AVX-512 cores torch fp32 made 97 texts/s here against 126 alone in a process on the dense
+strategy's path; to rank two close variants, run each alone (``--variants torch:none``, then the other).
 
 Cross-encoder: ``--queries`` LoCoMo-like queries (a question of ``--locomo`` and 30 turns of its conversation, or
 synthetic), each a ``depth``-30 re-ranking, scored by: ``torch fp32 padded`` (the scoring before issue #29: one
@@ -114,14 +117,16 @@ def timed(fn):
 
 
 def _encode(encoder, items: list[str], batch_size: int, device: str, precision: str) -> np.ndarray:
-    """(N, D) vectors: on a GPU the torch encoder under bf16 / fp16 autocast (as :class:`Embedder` runs it) and
-    synchronised before the clock stops; on the CPU plain ``encode``."""
+    """(N, D) vectors: the torch encoder under bf16 / fp16 autocast when the variant asks for it (as
+    :class:`Embedder` runs it, on a GPU or, bf16, on a CPU that computes it natively), synchronised on a GPU before
+    the clock stops; otherwise plain ``encode``."""
     import contextlib
 
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    cast = torch.autocast("cuda", dtype=dtype) if dtype and device.startswith("cuda") else contextlib.nullcontext()
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    cast = torch.autocast(kind, dtype=dtype) if dtype else contextlib.nullcontext()
     with cast:
         out = encoder.encode(items, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
                              show_progress_bar=False)
@@ -133,7 +138,8 @@ def _encode(encoder, items: list[str], batch_size: int, device: str, precision: 
 def embedding_rows(texts: dict[str, list[str]], variants: list[tuple[str, ...]], batch_sizes: list[int],
                    repeat: int, export_dir: str | None, log, device: str = "cpu") -> list[dict]:
     """One row per (variant, batch size, text kind): texts/s (best pass), texts/cpu-s, cosine to torch fp32 (on
-    the CPU). A variant is ``backend:quantization[:precision]``; precision bf16 / fp16 is autocast on a GPU."""
+    the CPU). A variant is ``backend:quantization[:precision]``; precision bf16 / fp16 is torch autocast (bf16 on the CPU
+    too: ``torch:none:bf16``, the CPU default where it computes bf16 natively)."""
     encoders, rows = {}, []
     for variant in variants:
         backend, quantization = variant[0], variant[1]

@@ -54,7 +54,8 @@ class RerankConfig(FusionTimeConfig):
     rerank_weight: float = 2.0         # w_c (0: the first stage alone)
     session_weight: float | None = None  # w_s, the cross-encoder's weight in a session's score (None: w_c)
     rerank_batch_size: int = 64        # at most this many pairs per cross-encoder forward pass (length-sorted batches)
-    rerank_backend: str = "auto"       # auto (onnx on the CPU, torch on a GPU) | torch | onnx (ONNX Runtime export)
+    rerank_backend: str = "auto"       # auto (torch on a GPU or in bf16 on a CPU with native bf16, else
+                                       # onnx) | torch | onnx (ONNX Runtime export)
     rerank_quantization: str = "auto"  # onnx: auto = none (fp32) | none | int8 (dynamic, this CPU's preset; moves
                                        # the scores enough to cost re-ranking recall: measured, not the default)
     device: str = "auto"               # auto | cpu | cuda | cuda:N: the dense encoder's and the cross-encoder's

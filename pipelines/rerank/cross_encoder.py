@@ -291,17 +291,22 @@ class RuntimeCrossEncoder:
 
 def load_scorer(directory: str | os.PathLike, backend: str = "auto", quantization: str = "auto",
                 device: str = "auto", export_dir: str | os.PathLike | None = None, precision: str = "auto"):
-    """The saved re-ranker of ``directory`` ready to score: ``onnx`` (the default on the CPU; ``quantization``
-    none = fp32 by default, or int8) a :class:`RuntimeCrossEncoder`, ``torch`` (the default on a GPU) the
-    :class:`CrossEncoder` on ``device``, scoring in ``precision`` (auto: fp32. Measured on an H200 with
-    benchmarks/embedding_backends.py --device cuda, 30 LoCoMo-like pairs a query: fp32 8.8 ms, bf16 9.5 ms, fp16 9.2
-    ms; a batch of 30 pairs is launch-bound, so half precision only moves the scores, by up to 0.0024)."""
+    """The saved re-ranker of ``directory`` ready to score: ``onnx`` (the default on a CPU without native bf16;
+    ``quantization`` none = fp32 by default, or int8) a :class:`RuntimeCrossEncoder`, ``torch`` (the default on a GPU,
+    and in bf16 autocast on a CPU that computes bf16 natively) the :class:`CrossEncoder` on ``device``, scoring in
+    ``precision`` (auto: fp32 on a GPU. Measured on an H200 with benchmarks/embedding_backends.py --device cuda, 30
+    LoCoMo-like pairs a query: fp32 8.8 ms, bf16 9.5 ms, fp16 9.2 ms; a batch of 30 pairs is launch-bound, so half
+    precision only moves the scores, by up to 0.0024. On 2 AVX-512 EPYC cores, a LongMemEval question's 30 pairs:
+    torch bf16 181 ms, ONNX Runtime fp32 291, torch fp32 391, the same recall on the sample and on LoCoMo)."""
     from pipelines.models.embeddings import resolve_device, resolve_precision
 
     check_rerank_backend(backend, quantization, device)
     device = resolve_device(device)
     if backend == "auto":
-        backend = "torch" if device.startswith("cuda") else "onnx"
+        cpu_bf16 = (not device.startswith("cuda") and quantization in ("auto", "none")
+                    and precision in ("auto", "bf16") and resolve_precision("auto", "cpu") == "bf16")
+        backend = "torch" if device.startswith("cuda") or cpu_bf16 else "onnx"
+        precision = "bf16" if cpu_bf16 else precision
     check_rerank_backend(backend, quantization, device)
     if backend == "onnx":
         # auto = fp32: int8 moved the scores by up to 0.18 (std 0.40) and cost LoCoMo re-ranking recall@1 0.18 -> 0.15

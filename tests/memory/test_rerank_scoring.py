@@ -65,13 +65,35 @@ def test_the_onnx_export_scores_as_the_torch_model(tiny, tmp_path):
     assert again == int8.folder                                                     # made once, reused
 
 
-def test_load_scorer_picks_onnx_on_the_cpu_and_torch_on_request(tiny, tmp_path, monkeypatch):
+@pytest.fixture
+def cpu_bf16(monkeypatch):
+    """Whether this CPU computes bf16 natively, as the test sets it (torch's oneDNN check)."""
+    def native(value: bool) -> None:
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: value)
+    return native
+
+
+def test_load_scorer_picks_onnx_on_the_cpu_and_torch_on_request(tiny, tmp_path, monkeypatch, cpu_bf16):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu_bf16(False)
     assert isinstance(X.load_scorer(tiny, export_dir=tmp_path), X.RuntimeCrossEncoder)
     torch_model = X.load_scorer(tiny, backend="torch", export_dir=tmp_path)
-    assert isinstance(torch_model, X.CrossEncoder) and torch_model.inference_precision in ("fp32", "bf16")
+    assert isinstance(torch_model, X.CrossEncoder) and torch_model.inference_precision == "fp32"
     with pytest.raises(ConfigError, match="device 'cuda' was asked but no CUDA GPU is visible"):
         X.load_scorer(tiny, device="cuda", export_dir=tmp_path)
+
+
+def test_on_a_cpu_with_native_bf16_the_scorer_is_torch_in_bf16_unless_fp32_or_int8_is_asked(tiny, tmp_path,
+                                                                                           monkeypatch, cpu_bf16):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu_bf16(True)
+    model = X.load_scorer(tiny, export_dir=tmp_path)
+    assert isinstance(model, X.CrossEncoder) and model.inference_precision == "bf16"
+    exact = X.load_scorer(tiny, export_dir=tmp_path, precision="fp32")
+    assert isinstance(exact, X.RuntimeCrossEncoder)                   # fp32 asked: the ONNX Runtime export
+    assert isinstance(X.load_scorer(tiny, quantization="int8", export_dir=tmp_path), X.RuntimeCrossEncoder)
+    reference = exact.score(QUESTION, TEXTS)
+    assert np.abs(model.score(QUESTION, TEXTS) - reference).max() < 0.05 * (reference.max() - reference.min())
 
 
 @pytest.mark.parametrize("settings, match", [
@@ -91,11 +113,12 @@ def test_a_missing_onnxruntime_is_one_clear_error_for_the_reranker(tiny, tmp_pat
         X.export_cross_encoder(tiny, "int8", tmp_path)
 
 
-def test_the_strategy_scores_through_the_onnx_export_on_the_cpu(tiny, tmp_path, monkeypatch):
+def test_the_strategy_scores_through_the_onnx_export_on_the_cpu(tiny, tmp_path, monkeypatch, cpu_bf16):
     from tests.emma.conftest import mia_episode
     from tests.memory.test_rerank import QUESTION as ASKED, _observed, _saved
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu_bf16(False)                                                   # a CPU without native bf16
     path = _saved(tmp_path, tiny)
     strategy = build_strategy("rerank", reranker_path=str(path), depth=3, export_dir=str(tmp_path / "encoders"),
                               cache_dir=str(tmp_path / "cache"), backend="torch")   # the dense ranker in torch
