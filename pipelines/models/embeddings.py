@@ -206,9 +206,13 @@ def default_cpu_backend(native_bf16: bool | None = None) -> str:
     a cold LongMemEval S-shaped run 384 s against 589 s, session recall_all@5 / ndcg_any@10 within 0.002 of
     OpenVINO fp32's on the LongMemEval sample and LoCoMo), else OpenVINO fp32 (91-97 texts/s against torch fp32's
     64 on 2 AVX2 cores)."""
-    if native_bf16 is None:
-        native_bf16 = resolve_precision("auto", "cpu") == "bf16"
-    return "torch" if native_bf16 else "openvino"
+    return "torch" if (cpu_computes_bf16() if native_bf16 is None else native_bf16) else "openvino"
+
+
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (:func:`resolve_precision`'s test: torch's oneDNN sees AVX512-BF16 or
+    AMX): where it does, the encoders' and the cross-encoder's CPU defaults are torch in bf16 autocast."""
+    return resolve_precision("auto", "cpu") == "bf16"
 
 
 def cpu_int8_preset() -> str:

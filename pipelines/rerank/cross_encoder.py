@@ -298,13 +298,13 @@ def load_scorer(directory: str | os.PathLike, backend: str = "auto", quantizatio
     LoCoMo-like pairs a query: fp32 8.8 ms, bf16 9.5 ms, fp16 9.2 ms; a batch of 30 pairs is launch-bound, so half
     precision only moves the scores, by up to 0.0024. On 2 AVX-512 EPYC cores, a LongMemEval question's 30 pairs:
     torch bf16 181 ms, ONNX Runtime fp32 291, torch fp32 391, the same recall on the sample and on LoCoMo)."""
-    from pipelines.models.embeddings import resolve_device, resolve_precision
+    from pipelines.models.embeddings import cpu_computes_bf16, resolve_device, resolve_precision
 
     check_rerank_backend(backend, quantization, device)
     device = resolve_device(device)
     if backend == "auto":
         cpu_bf16 = (not device.startswith("cuda") and quantization in ("auto", "none")
-                    and precision in ("auto", "bf16") and resolve_precision("auto", "cpu") == "bf16")
+                    and precision in ("auto", "bf16") and cpu_computes_bf16())
         backend = "torch" if device.startswith("cuda") or cpu_bf16 else "onnx"
         precision = "bf16" if cpu_bf16 else precision
     check_rerank_backend(backend, quantization, device)
