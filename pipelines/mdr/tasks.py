@@ -16,6 +16,15 @@ pads them in ``collate`` and computes its loss by calling the model (so DDP hook
 
 A GPT-2 factory (``() -> GPT2LMHeadModel`` with the codec's vocabulary) builds fresh models:
 :func:`gpt2_factory` wraps ``pipelines.models.gpt2.build_gpt2``; tests pass their own.
+
+Speed levers of the engine (issue #30): each task names its sequence tensors and their pad values
+(``sequence_pad_values``), so ``TrainConfig.length_buckets`` can pad its batches to few static shapes
+without changing a loss. None of them packs (``TrainConfig.pack``): every GPT-2 pass of MDR is causal over
+independent texts, so block-diagonal packing would be exact in principle, but each step also reads
+per-example vectors that a packed row would have to route by segment inside the model: stages A and C
+put a prefix embedding ``W_p f`` computed in the step (from R_TE or R^(K)) before each example's tokens
+and pool R's features per text (eq. 1; stage C's token weights), stage B pools Q, P and H_P per text
+before the Memory Net. Packing them needs segment-aware PrefixLM and pooling, not only a collate.
 """
 
 from __future__ import annotations
@@ -91,6 +100,12 @@ def teacher_item(example: MDRExample, codec: Codec, cfg: MDRConfig) -> dict:
     return {"r": codec.encoder_ids(example.response, cfg.max_response_tokens), "dec": dec, "labels": labels}
 
 
+def teacher_pad_values(pad_id: int) -> dict[str, int]:
+    """The sequence tensors of :func:`collate_teacher`'s (and :func:`collate_decoder`'s) batch and their pad
+    values, for the engine's length buckets (TrainConfig.length_buckets): padding them further changes no loss."""
+    return {"r_ids": pad_id, "r_mask": 0, "dec_ids": pad_id, "dec_mask": 0, "labels": IGNORE}
+
+
 def collate_teacher(items: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     r_ids, r_mask = pad([it["r"] for it in items], pad_id)                       # (B, Tr)
     dec_ids, dec_mask = pad([it["dec"] for it in items], pad_id)                 # (B, L)
@@ -111,6 +126,13 @@ def student_item(example: MDRExample, codec: Codec, cfg: MDRConfig, *, with_resp
     if with_response:
         item["r"] = codec.encoder_ids(example.response, cfg.max_response_tokens)
     return item
+
+
+def student_pad_values(pad_id: int) -> dict[str, int]:
+    """The sequence tensors of :func:`collate_student`'s batch and their pad values (TrainConfig.length_buckets):
+    each feature is a masked mean, and the step's H_P (student.concat_rounds) reads the rounds' masks."""
+    return {f"{name}_{kind}": pad_id if kind == "ids" else 0 for name in ("q", "p", "hp", "h", "r")
+            for kind in ("ids", "mask")}
 
 
 def collate_student(items: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
@@ -201,6 +223,9 @@ class MDRTeacherTask(_MDRTask):
     def collate(self, items: list) -> dict[str, torch.Tensor]:
         return collate_teacher(items, self.codec.pad_id)
 
+    def sequence_pad_values(self) -> dict[str, int]:
+        return teacher_pad_values(self.codec.pad_id)
+
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]:
         out = model(**batch)
         return compute_teacher_loss(out.logits, out.targets)
@@ -268,6 +293,9 @@ class MDRStudentTask(_MDRTask):
             attach_features(batch, items, self.table)
         return batch
 
+    def sequence_pad_values(self) -> dict[str, int]:
+        return student_pad_values(self.codec.pad_id)
+
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]:
         out = model(**batch)
         return compute_sentence_loss(out["r_pred"], out["r_te"])
@@ -316,6 +344,9 @@ class MDRDecoderTask(_MDRTask):
 
     def collate(self, items: list) -> dict[str, torch.Tensor]:
         return collate_decoder(items, self.codec.pad_id)
+
+    def sequence_pad_values(self) -> dict[str, int]:
+        return teacher_pad_values(self.codec.pad_id)
 
     def compute_loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Tokens]:
         out = model(**batch)

@@ -107,4 +107,4 @@ def build_gpt2(spec_or_name_or_path: GPT2Spec | dict | str | Path, vocab_size: i
         raise ConfigError("build_gpt2 needs vocab_size to initialise a model from a spec (use len(tokenizer)).")
     config = spec.to_config(vocab_size, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
                             pad_token_id=pad_token_id, attn_implementation=attn)
-    return cls(config)
+    return cls._from_config(config)  # under ZeRO-3 (the engine's build_partitioned): built partitioned

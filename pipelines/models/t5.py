@@ -118,4 +118,4 @@ def build_t5(spec_or_name_or_path: T5Spec | dict | str | Path, vocab_size: int |
         raise ConfigError("build_t5 needs vocab_size to initialise a model from a spec (use len(tokenizer)).")
     config = spec.to_config(vocab_size, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
                             decoder_start_token_id=decoder_start_token_id, attn_implementation=attn)
-    return cls(config)
+    return cls._from_config(config)  # under ZeRO-3 (the engine's build_partitioned): built partitioned

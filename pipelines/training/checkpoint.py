@@ -3,9 +3,11 @@
 Layout of ``<output_dir>/checkpoints/``::
 
     step-40/                  a complete checkpoint (the only kind ever named step-<n>)
-        model.safetensors     weights (accelerate.save_state, safe_serialization=True)
+        model.safetensors     weights (accelerate.save_state, safe_serialization=True); not under ZeRO-3
         optimizer.bin         AdamW moments; random_states_<rank>.pkl: RNG of every rank
-        pytorch_model/        DeepSpeed only: its own (sharded) model + optimizer state
+        pytorch_model/        DeepSpeed only: its own model + optimizer state (``latest`` names it); under
+                              ZeRO-3 the shards alone, zero_pp_rank_<r>_mp_rank_00_{model,optim}_states.pt
+                              per rank r (its partition of the fp32 weights and AdamW moments)
         trainer_state.json    step, epoch, batches consumed, loss history, early-stopping state,
                               the MLflow run id of the session (a resumed session continues that run)
     .tmp-step-50/             a save in progress: never picked up, removed at the next start
@@ -15,6 +17,10 @@ for DeepSpeed and per-rank RNG files), then rank 0 writes ``trainer_state.json``
 flushes it to disk and renames the folder: the rename is atomic, so a process killed at
 any moment leaves either the complete ``step-<n>`` or an ignored temporary folder. The
 output folder must be on a file system all ranks share (see deploy/README.md).
+
+Under DeepSpeed ZeRO-3 (Rajbhandari et al. 2020) each rank writes and reads back only its own
+partition: no checkpoint gathers the whole model. The weights are consolidated once, when the
+final model is written (:func:`load_zero3_checkpoint`, deepspeed's zero_to_fp32 on the CPU).
 """
 
 from __future__ import annotations
@@ -112,8 +118,10 @@ def _fsync_write(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
-def save_checkpoint(accelerator, model, root: Path, state: TrainerState, *, deepspeed: bool) -> Path:
-    """Save the full training state as ``root/step-<state.step>`` atomically; every rank must call it."""
+def save_checkpoint(accelerator, model, root: Path, state: TrainerState, *, deepspeed: bool,
+                    zero3: bool = False) -> Path:
+    """Save the full training state as ``root/step-<state.step>`` atomically; every rank must call it.
+    Under ZeRO-3 (``zero3``) it holds each rank's shards only (see the module docstring)."""
     final = root / f"step-{state.step}"
     tmp = root / f".tmp-step-{state.step}"
     if accelerator.is_main_process:
@@ -121,7 +129,7 @@ def save_checkpoint(accelerator, model, root: Path, state: TrainerState, *, deep
         shutil.rmtree(tmp, ignore_errors=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp), safe_serialization=True)
-    if deepspeed:  # DeepSpeed's own files are pickles; keep a plain safetensors copy of the weights too
+    if deepspeed and not zero3:  # DeepSpeed's own files are pickles; keep a plain safetensors copy of the weights too
         accelerator.save_model(model, str(tmp), safe_serialization=True)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -136,6 +144,26 @@ def save_checkpoint(accelerator, model, root: Path, state: TrainerState, *, deep
             os.close(dir_fd)
     accelerator.wait_for_everyone()
     return final
+
+
+def load_zero3_checkpoint(model: torch.nn.Module, checkpoint: Path) -> None:
+    """Fill ``model``, whole (not partitioned), with the weights of the ZeRO-3 ``checkpoint`` (a ``step-<n>``).
+
+    deepspeed's zero_to_fp32 (``get_fp32_state_dict_from_zero_checkpoint``) rebuilds each parameter from the
+    fp32 partitions every rank saved, on the CPU, with no process group; in lazy mode one tensor is read at a
+    time, so the process needs the model's memory plus one tensor. Names must match both ways.
+    """
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    lazy = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint), lazy_mode=True)  # ``latest`` names the tag
+    target = model.state_dict(keep_vars=True)  # the model's own tensors (tied weights under each name)
+    missing, unexpected = sorted(set(target) - set(lazy)), sorted(set(lazy) - set(target))
+    if missing or unexpected:
+        raise RuntimeError(f"the ZeRO-3 checkpoint {checkpoint} does not fit {type(model).__name__}: missing "
+                           f"{missing or 'none'}, unexpected {unexpected or 'none'}.")
+    with torch.no_grad():
+        for name, tensor in lazy.items():
+            target[name].copy_(tensor.contiguous())
 
 
 def prune_checkpoints(root: Path, keep: int, protect: int | None = None) -> list[Path]:

@@ -32,11 +32,19 @@ if TYPE_CHECKING:  # torch is imported where a model is built, not by the stage 
 
 Tokens: TypeAlias = "int | torch.Tensor"  # target tokens of a micro-batch: a count known from shapes, or a 0-d device tensor
 SCHEDULES = ("linear", "constant")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the torch.compile modes that record CUDA graphs
 
 
 @dataclass
 class TrainConfig:
-    """Everything the engine needs to know about one training run."""
+    """Everything the engine needs to know about one training run.
+
+    The levers for launch-bound shapes (issue #30: ``compile_mode``, ``length_buckets``, ``pack``,
+    ``fused_optimizer``; larger micro-batches are ``batch_size`` x ``grad_accum``) default to the engine's
+    choices before them: no GPU measurement yet says another one pays (benchmarks/train_throughput.py
+    ``--lever`` measures each beside the plain engine; the fastest measured becomes the CUDA default).
+    """
 
     output_dir: str                       # run folder: checkpoints/step-<n>/ (resumable state), final/ (the model)
     lr: float = 1e-4                      # peak learning rate (MDR: 1e-4), reached at the end of warm-up
@@ -63,6 +71,17 @@ class TrainConfig:
     compile: bool | str = "auto"          # torch.compile the training step: auto = on CUDA, one process or DDP,
                                           # full-precision weights (not DeepSpeed, not 4-bit); or true / false
     compile_backend: str = "inductor"     # torch.compile backend ("aot_eager": capture without code generation)
+    compile_mode: str = "default"         # torch.compile mode (inductor only): default | reduce-overhead (CUDA
+                                          # graphs: one launch per step, CUDA only) | max-autotune (autotuned
+                                          # kernels + CUDA graphs, CUDA only) | max-autotune-no-cudagraphs
+    length_buckets: tuple[int, ...] | None = None  # pad each training micro-batch's sequence tensors
+                                                   # (task.sequence_pad_values()) up to the next of these
+                                                   # lengths (beyond the last: a multiple of it): few shapes
+                                                   # for a compiled step / CUDA graphs; None: no padding
+    pack: bool = False                    # pack each micro-batch's examples into rows of pack_length tokens with
+                                          # block-diagonal causal attention (task.pack_collate(); packing.py)
+    pack_length: int | None = None        # tokens per packed row (pack: at least the longest example)
+    fused_optimizer: bool | str = "auto"  # AdamW's fused kernels: auto = on CUDA without DeepSpeed; true / false
     group_by_length: bool = False         # micro-batches of similar lengths (task.train_lengths()): less padding
     num_workers: int = 0                  # DataLoader worker processes per rank
     find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient in a step
@@ -92,6 +111,7 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.precision is {self.precision!r}: choose one of {', '.join(PRECISIONS)}.")
         if self.compile not in (True, False, "auto"):
             raise ConfigError(f"TrainConfig.compile is {self.compile!r}: use auto, true or false.")
+        self._check_speed_levers()
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"TrainConfig.schedule is {self.schedule!r}: choose one of {', '.join(SCHEDULES)}.")
         b1, b2 = self.adam_betas
@@ -100,6 +120,32 @@ class TrainConfig:
         self.adam_betas = (float(b1), float(b2))
         if self.deepspeed is not None:
             self._check_deepspeed_file(Path(self.deepspeed))
+
+    def _check_speed_levers(self) -> None:
+        """The settings of issue #30's launch-bound levers (compile mode, length buckets, packing, fused AdamW)."""
+        if self.compile_mode not in COMPILE_MODES:
+            raise ConfigError(f"TrainConfig.compile_mode is {self.compile_mode!r}: choose one of "
+                              f"{', '.join(COMPILE_MODES)}.")
+        if self.compile_mode != "default" and self.compile_backend != "inductor":
+            raise ConfigError(f"TrainConfig.compile_mode {self.compile_mode!r} is a mode of the inductor backend, "
+                              f"but compile_backend is {self.compile_backend!r} (which would ignore it): use "
+                              "compile_backend inductor, or compile_mode default.")
+        if self.fused_optimizer not in (True, False, "auto"):
+            raise ConfigError(f"TrainConfig.fused_optimizer is {self.fused_optimizer!r}: use auto, true or false.")
+        if self.length_buckets is not None:
+            buckets = tuple(int(b) for b in self.length_buckets)
+            if not buckets or buckets[0] < 1 or any(a >= b for a, b in zip(buckets, buckets[1:])):
+                raise ConfigError(f"TrainConfig.length_buckets is {list(self.length_buckets)}: give increasing "
+                                  "positive lengths (e.g. [32, 64, 128]), or None not to pad to buckets.")
+            self.length_buckets = buckets
+        if self.pack_length is not None and self.pack_length < 1:
+            raise ConfigError(f"TrainConfig.pack_length is {self.pack_length}: a packed row needs at least 1 token.")
+        if self.pack and self.pack_length is None:
+            raise ConfigError("TrainConfig.pack is set but pack_length is not: give the tokens of a packed row "
+                              "(at least the longest training example).")
+        if self.pack and self.length_buckets is not None:
+            raise ConfigError("TrainConfig.pack and length_buckets are both set: packed rows already have the one "
+                              "static length pack_length; drop length_buckets.")
 
     def _check_deepspeed_file(self, path: Path) -> None:
         if not path.is_file():
@@ -131,6 +177,8 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["adam_betas"] = list(self.adam_betas)
+        if self.length_buckets is not None:
+            out["length_buckets"] = list(self.length_buckets)
         return out
 
     @classmethod
@@ -174,7 +222,11 @@ class TrainTask(Protocol):
     def save_final(self, model: torch.nn.Module, out_dir: Path) -> None: ...
 
     # Optional: ``train_lengths() -> Sequence[int]``, the length of each training example (e.g.
-    # source + target tokens), read when ``TrainConfig.group_by_length`` is set.
+    # source + target tokens), read when ``TrainConfig.group_by_length`` is set;
+    # ``sequence_pad_values() -> Mapping[str, int]``, the batch keys whose last dimension is a sequence and
+    # the value padding each (ids: the pad id, masks: 0, labels: -100), read for ``TrainConfig.length_buckets``;
+    # ``pack_collate(items, row_tokens) -> batch``, the items packed into rows (pipelines.training.packing)
+    # that ``compute_loss`` takes like its padded batches, read for ``TrainConfig.pack``.
 
 
 @dataclass

@@ -10,6 +10,11 @@ permutation cut into mega-batches of up to 50 micro-batches, each sorted by leng
 from the same per-epoch generator: micro-batches of similar lengths pad little, and the
 order stays a pure function of (seed, epoch, lengths).
 
+Collation of a training micro-batch (:func:`training_collate`): the task's ``collate``; with
+``TrainConfig.length_buckets`` its sequence tensors padded up to the next bucket (static shapes for a compiled
+step: a graph per bucket, not per length; CUDA graphs record one per shape); with ``TrainConfig.pack`` the
+task's packed rows (packing.py). Validation always uses the task's own ``collate``.
+
 Validation: rank r of W evaluates examples r, r+W, r+2W, ... (no duplicates); ranks with
 one batch fewer repeat a batch with weight 0 so that every rank runs the same number of
 forward passes (ZeRO-3 gathers parameters collectively in each forward).
@@ -17,10 +22,12 @@ forward passes (ZeRO-3 gathers parameters collectively in each forward).
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Callable, Iterator, Sequence, Sized
+from typing import Callable, Iterator, Mapping, Sequence, Sized
 
 import torch
+import torch.nn.functional as F
 from torch.utils.data import Dataset, Sampler
 
 from pipelines.errors import ConfigError
@@ -70,6 +77,51 @@ def training_sampler(task, n: int, batch_size: int, seed: int, group_by_length: 
         raise ConfigError(f"{type(task).__name__}.train_lengths() gave {len(lengths)} lengths for {n} training "
                           "examples.")
     return EpochLengthGroupedSampler(lengths, batch_size, seed)
+
+
+def bucket_length(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket >= ``length``; beyond the largest bucket, the next multiple of it."""
+    fit = next((b for b in buckets if b >= length), None)
+    return fit if fit is not None else math.ceil(length / buckets[-1]) * buckets[-1]
+
+
+class BucketPadding:
+    """A collate function: ``collate``'s batch with the last dimension of each tensor named in ``pad_values``
+    (the task's sequence tensors: ids, masks, labels) padded with its value up to :func:`bucket_length`.
+
+    Right padding is what the tasks' own collates do (ids with the pad id, masks with 0, labels with IGNORE),
+    so the loss and the target count do not change, only the shapes (test_data.py, tests/mdr/test_tasks.py).
+    A class rather than a closure, so that DataLoader workers can pickle it.
+    """
+
+    def __init__(self, collate: Callable, pad_values: Mapping[str, int], buckets: Sequence[int]):
+        self.collate, self.pad_values, self.buckets = collate, dict(pad_values), tuple(buckets)
+
+    def __call__(self, items: list) -> dict[str, torch.Tensor]:
+        batch = self.collate(items)
+        for key, value in self.pad_values.items():
+            if key in batch:
+                t = batch[key]                                                   # (..., T)
+                extra = bucket_length(t.shape[-1], self.buckets) - t.shape[-1]
+                if extra:
+                    batch[key] = F.pad(t, (0, extra), value=value)               # (..., bucket)
+        return batch
+
+
+def training_collate(task, config) -> Callable:
+    """The collate function of the training loader under ``config`` (a TrainConfig): the task's own, bucket
+    padded (``length_buckets``: ``task.sequence_pad_values()``) or packed (``pack``: ``task.pack_collate``)."""
+    if config.pack:
+        if not hasattr(task, "pack_collate"):
+            raise ConfigError(f"TrainConfig.pack is set but {type(task).__name__} has no pack_collate(): only a "
+                              "task whose examples are independent causal-LM sequences can be packed.")
+        return functools.partial(task.pack_collate, row_tokens=config.pack_length)
+    if config.length_buckets is not None:
+        if not hasattr(task, "sequence_pad_values"):
+            raise ConfigError(f"TrainConfig.length_buckets is set but {type(task).__name__} has no "
+                              "sequence_pad_values(): the task must name its sequence tensors and their pad values.")
+        return BucketPadding(task.collate, task.sequence_pad_values(), config.length_buckets)
+    return task.collate
 
 
 def dataset_length(dataset: Dataset, what: str) -> int:

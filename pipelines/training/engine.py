@@ -8,6 +8,15 @@ ZeRO-3 is refused, before any training or output, for a model holding bitsandbyt
 4/8-bit weights (QLoRA: EMMA's dialogue module, G-Long's extractor), whichever of those
 routes asked for it (:func:`refuse_zero3_with_quantized`).
 
+ZeRO-3 for models larger than one GPU (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations
+Toward Training Trillion Parameter Models"): the model is built partitioned, each rank holding
+1/N of every parameter from the start (:func:`build_partitioned`: transformers' ``from_pretrained``
+and ``from_config`` under DeepSpeed's ``zero.Init``, pretrained weights read straight into the
+partitions); a checkpoint holds every rank's shards and nothing gathered, and resumes with the same
+number of processes (:func:`refuse_zero3_resharding`); the final model is consolidated once, on
+rank 0's CPU, from the shards of the final weights (deepspeed's zero_to_fp32, checkpoint.py).
+DeepSpeed on a CPU with several processes runs over gloo (the tests' two processes).
+
 One optimizer step s (0-based) over micro-batches b = 1..A (A = ``grad_accum``) is
 
     lr_s = lr * m(s)                                     (schedule.py: linear warm-up)
@@ -39,6 +48,12 @@ Speed on a GPU: bf16 autocast, fused AdamW, the training step compiled (``compil
 no host synchronisation inside a step (token counts stay on the device, pinned batches are
 copied without blocking; the device is synchronised only when a window of ``log_every`` steps
 is logged), and optionally micro-batches of similar lengths (``group_by_length``).
+The levers for launch-bound shapes (issue #30: MDR's batch 32 x 64-128 tokens leaves the GPU waiting
+on kernel launches) are settings, each off or at today's choice until a measurement on the GPU says
+another one pays: ``compile_mode`` (reduce-overhead: CUDA graphs), ``length_buckets`` (few static
+shapes for the graphs, data.py), ``pack`` (several short examples per row with block-diagonal
+attention, packing.py), ``fused_optimizer``, and larger micro-batches with the same effective batch
+through ``batch_size`` x ``grad_accum``. benchmarks/train_throughput.py ``--lever`` measures each.
 """
 
 from __future__ import annotations
@@ -52,23 +67,25 @@ import shutil
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch.utils.data import DataLoader
 
 from pipelines.errors import ConfigError
 from pipelines.training.checkpoint import (TrainerState, adapter_only_checkpoints, checkpoint_root,
-                                           latest_checkpoint, prune_checkpoints, read_state, remove_partial,
-                                           save_checkpoint)
-from pipelines.training.config import ZERO3_WITH_QUANTIZED, TrainConfig, TrainSummary, TrainTask
-from pipelines.training.data import dataset_length, evaluate, training_sampler
+                                           latest_checkpoint, load_zero3_checkpoint, prune_checkpoints, read_state,
+                                           remove_partial, save_checkpoint)
+from pipelines.training.config import CUDA_GRAPH_MODES, ZERO3_WITH_QUANTIZED, TrainConfig, TrainSummary, TrainTask
+from pipelines.training.data import dataset_length, evaluate, training_collate, training_sampler
 from pipelines.training.model_card import render_model_card
 from pipelines.training.schedule import lr_multiplier, set_lr
 
 __all__ = ["TrainConfig", "TrainSummary", "TrainTask", "train", "build_accelerator", "build_optimizer",
-           "resolve_precision", "step_seed", "zero_stage", "refuse_zero3_with_quantized"]
+           "resolve_precision", "step_seed", "zero_stage", "refuse_zero3_with_quantized", "build_partitioned",
+           "refuse_zero3_resharding"]
 
 log = logging.getLogger("mnemos.training")
 
@@ -87,15 +104,30 @@ def step_seed(seed: int, step: int, rank: int) -> int:
     return (seed * 1_000_003 + step * 65_537 + rank) % (2**32)
 
 
-def _single_process_env() -> None:
-    """DeepSpeed outside a launcher needs the torch.distributed variables (STACK-NOTES)."""
+def _single_process_env() -> bool:
+    """DeepSpeed outside a launcher needs the torch.distributed variables (STACK-NOTES); returns whether it set them."""
     if "WORLD_SIZE" in os.environ:
-        return
+        return False
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(port)})
+    return True
+
+
+@contextmanager
+def _provisional_single_process_env() -> Iterator[None]:
+    """:func:`_single_process_env` for a block that may start torch.distributed (zero.Init): when the block fails
+    before a process group started, the variables it set go again (a refused run leaves the process as it was)."""
+    own = _single_process_env()
+    try:
+        yield
+    except BaseException:
+        if own and not torch.distributed.is_initialized():
+            for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+                del os.environ[key]
+        raise
 
 
 def _launcher_deepspeed() -> bool:
@@ -135,8 +167,13 @@ def _select_process_gpu() -> None:
     while building them (a 4-bit base loaded with a device_map) must find its own rank's GPU there."""
     from pipelines.training.launch import process_device
 
-    if torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true":
+    if _use_cuda():
         torch.cuda.set_device(process_device())
+
+
+def _use_cuda() -> bool:
+    """Whether the run trains on CUDA: a GPU is visible and the launcher did not ask for the CPU."""
+    return torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
 
 
 def refuse_zero3_with_quantized(quantized: bool, stage: int | None) -> None:
@@ -145,23 +182,102 @@ def refuse_zero3_with_quantized(quantized: bool, stage: int | None) -> None:
         raise ConfigError(ZERO3_WITH_QUANTIZED)
 
 
+def refuse_zero3_resharding(checkpoint: Path, world: int) -> None:
+    """Raise ConfigError when ZeRO-3 ``checkpoint`` holds the partitions of another number of processes than
+    ``world``: DeepSpeed loads ZeRO-3 shards only into as many ranks as wrote them (no elastic checkpoint)."""
+    saved = read_state(checkpoint).world_size
+    if saved != world:
+        raise ConfigError(f"checkpoint {checkpoint} holds the DeepSpeed ZeRO-3 partitions of {saved} processes but "
+                          f"this run has {world}: ZeRO-3 shards load only into as many processes. Resume with "
+                          f"{saved} processes (the launcher's num_processes), or train into another "
+                          f"TrainConfig.output_dir from the weights deepspeed's zero_to_fp32.py consolidates there.")
+
+
+@contextmanager
+def _transformers_zero3(plugin) -> Iterator[None]:
+    """transformers' ZeRO-3 switch (``is_deepspeed_zero3_enabled()``) on inside the block, off after it.
+
+    It is the switch accelerate's ``zero3_init_flag`` turns on (the plugin's HfDeepSpeedConfig): with it,
+    ``from_pretrained`` and ``from_config`` construct the model under DeepSpeed's ``zero.Init``, initialise
+    its weights on gathered parameters and load pretrained weights straight into the partitions. The engine
+    turns it on whatever ``zero3_init_flag`` says (deploy/accelerate/deepspeed_zero3.yaml: false): accelerate
+    1.15 itself turns it on for every ZeRO-3 plugin it selects, flag or not (``set_deepspeed_weakref``).
+    """
+    from transformers.integrations import unset_hf_deepspeed_config
+
+    plugin.set_deepspeed_weakref()
+    try:
+        yield
+    finally:
+        unset_hf_deepspeed_config()
+
+
+def build_partitioned(task: TrainTask, config: TrainConfig) -> torch.nn.Module:
+    """``task.build_model()`` under ZeRO-3: each rank holds only its partition of the parameters from the start.
+
+    ZeRO-3 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+    Models", stage P_os+g+p) partitions the parameters themselves over the N data-parallel ranks: rank r
+    stores 1/N of each one, and a layer's full weights exist only while its forward or backward runs. A
+    model built whole on every rank first (partitioned only by ``accelerator.prepare``) cannot start when it
+    is larger than one GPU; built under DeepSpeed's ``zero.Init``, every parameter is partitioned as soon
+    as its module is constructed (rank 0's values broadcast, then cut), one module at a time.
+
+    transformers enters ``zero.Init`` itself in ``from_pretrained`` and ``from_config`` when its ZeRO-3
+    switch is on (:func:`_transformers_zero3`), loading a local folder's weights into the partitions, and
+    leaves bitsandbytes-quantised models whole. The engine does not wrap the build in a bare ``zero.Init``:
+    a transformers model constructed as ``Model(config)`` inside one initialises its weights on the empty
+    partitions (``_init_weights`` does not gather them; checked: GPT-2's embedding keeps nn.Embedding's
+    N(0, 1) instead of N(0, 0.02)). Parameters built another way (``Model(config)``, plain torch modules)
+    are held whole by every rank until ``accelerator.prepare`` partitions them, as before; the engine
+    warns with their count.
+
+    A quantised model is refused (:data:`ZERO3_WITH_QUANTIZED`) before anything is written. A 4-bit
+    ``from_pretrained`` takes a ``device_map``, which transformers refuses under ZeRO-3 (a ValueError
+    naming ``device_map``): the engine then builds the model with the switch off and refuses it as
+    quantised when it is, else raises transformers' error.
+    """
+    plugin = _deepspeed_plugin(config)
+    plugin.set_mixed_precision(resolve_precision(config.precision, _use_cuda()))  # zero.Init's dtype, as prepare's
+    with _provisional_single_process_env():  # zero.Init starts torch.distributed (DeepSpeed's init_distributed)
+        try:
+            with _transformers_zero3(plugin):
+                model = task.build_model()
+        except ValueError as err:
+            if "device_map" not in str(err):
+                raise
+            refuse_zero3_with_quantized(is_quantized(task.build_model()), 3)
+            raise
+        refuse_zero3_with_quantized(is_quantized(model), 3)
+    whole = sum(p.numel() for p in model.parameters() if not hasattr(p, "ds_id"))
+    if whole:
+        log.warning("ZeRO-3: %d parameters of %s were built whole on every rank (partitioned only at prepare): "
+                    "build transformers models with from_pretrained or from_config, not Model(config), to build "
+                    "them partitioned", whole, type(model).__name__)
+    return model
+
+
 def build_accelerator(config: TrainConfig):
     """The Accelerator of a run: DDP/single process, or DeepSpeed from the config or the launcher."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
-    from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs
+    from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, InitProcessGroupKwargs
 
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         # A second run in the same process (tests, notebooks) may use another precision/backend.
         AcceleratorState._reset_state()
         GradientState._reset_state()
-    cuda = torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
+    cuda = _use_cuda()
     use_deepspeed = config.deepspeed is not None or _launcher_deepspeed()
+    handlers = [DistributedDataParallelKwargs(find_unused_parameters=config.find_unused_parameters)]
+    if use_deepspeed and not cuda and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # accelerate finds no backend for DeepSpeed processes on a CPU: it would count 1 process where DeepSpeed
+        # counts all of them (train_batch_size then fails DeepSpeed's check); gloo is the one it can use there
+        handlers.append(InitProcessGroupKwargs(backend="gloo"))
     kwargs = dict(
         cpu=not cuda and not use_deepspeed,  # without CUDA: gloo processes (MULTI_CPU) under torchrun
         mixed_precision=resolve_precision(config.precision, cuda),
         gradient_accumulation_steps=config.grad_accum,
-        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=config.find_unused_parameters)],
+        kwargs_handlers=handlers,
         # pinned batches copied without blocking: a blocking copy waits for the GPU's queued work every
         # step, so the CPU could not prepare the next step while the current one runs
         dataloader_config=DataLoaderConfiguration(even_batches=True, non_blocking=cuda),
@@ -212,11 +328,16 @@ def resolve_compile(config: TrainConfig, cuda: bool, deepspeed: bool, quantized:
     auto: on CUDA, for one process or DDP, with full-precision weights. Not on CPU (compiling
     costs more than it saves on small models), not under DeepSpeed (its engine wraps the
     forward and the optimizer itself), not for 4-bit QLoRA (bitsandbytes dequantises in its
-    own kernels). true / false force it either way.
+    own kernels). true / false force it either way. A step compiled off CUDA with a mode that
+    records CUDA graphs (``compile_mode`` reduce-overhead, max-autotune) is refused: torch would
+    compile it and silently skip the graphs (inductor records them for CUDA devices only).
     """
-    if config.compile == "auto":
-        return cuda and not deepspeed and not quantized
-    return bool(config.compile)
+    compiled = (cuda and not deepspeed and not quantized) if config.compile == "auto" else bool(config.compile)
+    if compiled and not cuda and config.compile_mode in CUDA_GRAPH_MODES:
+        raise ConfigError(f"TrainConfig.compile_mode is {config.compile_mode!r}, which records CUDA graphs, but "
+                          "this run compiles its step without a CUDA device: use compile_mode default (or "
+                          "max-autotune-no-cudagraphs), or train on CUDA.")
+    return compiled
 
 
 def compiled_step(task: TrainTask, model, config: TrainConfig, world: int):
@@ -228,11 +349,20 @@ def compiled_step(task: TrainTask, model, config: TrainConfig, world: int):
     graph splitting at gradient buckets), the loss eagerly. Returns (model to call, step function);
     the prepared ``model`` itself stays what accumulation, clipping and checkpoints see. Under
     ``compile: auto`` a backend failure falls back to eager execution; under ``true`` it raises.
+
+    ``TrainConfig.compile_mode`` is torch.compile's mode: ``reduce-overhead`` replays the step's
+    kernels as CUDA graphs (one launch instead of one per kernel: the lever for launch-bound shapes
+    such as MDR's batch 32 x 64-128 tokens, recorded once per input shape, so ``length_buckets``
+    keeps the shapes few), ``max-autotune`` adds autotuned kernels. The default stays ``default``:
+    no measurement yet shows another mode paying on the MDR shapes (benchmarks/train_throughput.py
+    ``--lever mode=...`` measures them side by side).
     """
     if world == 1:
-        model_to_call, step = model, torch.compile(task.compute_loss, backend=config.compile_backend)
+        model_to_call = model
+        step = torch.compile(task.compute_loss, backend=config.compile_backend, mode=config.compile_mode)
     else:
-        model_to_call, step = torch.compile(model, backend=config.compile_backend), task.compute_loss
+        model_to_call = torch.compile(model, backend=config.compile_backend, mode=config.compile_mode)
+        step = task.compute_loss
     if config.compile != "auto":
         return model_to_call, step
 
@@ -251,15 +381,23 @@ def _is_deepspeed(accelerator) -> bool:
 
 
 def build_optimizer(model: torch.nn.Module, config: TrainConfig, fused: bool = False) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices (ndim >= 2) only; fused kernels on CUDA."""
+    """AdamW with weight decay on matrices (ndim >= 2) only.
+
+    ``fused`` is the run's default for its fused kernels (one kernel per step for all parameters instead of
+    torch's multi-tensor ``foreach`` ones): train() passes "on CUDA without DeepSpeed".
+    ``TrainConfig.fused_optimizer`` true / false overrides it (torch also has a fused AdamW for the CPU);
+    auto keeps it: the default stays until a measurement (``--lever fused=false``) says otherwise.
+    """
     decay, no_decay = [], []
     for _, p in model.named_parameters():  # named_parameters yields tied weights once
-        if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
+        if p.requires_grad:  # a ZeRO-3 partition is an empty 1-D tensor: its shape is ds_shape
+            (decay if len(getattr(p, "ds_shape", p.shape)) >= 2 else no_decay).append(p)
     groups = [g for g in ({"params": decay, "weight_decay": config.weight_decay},
                           {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
     if not groups:
         raise ConfigError("the task's model has no trainable parameter: nothing to train.")
+    if config.fused_optimizer != "auto":
+        fused = bool(config.fused_optimizer)
     extra = {"fused": True} if fused else {}
     return torch.optim.AdamW(groups, lr=config.lr, betas=config.adam_betas, eps=config.adam_eps, **extra)
 
@@ -289,16 +427,22 @@ class _Stopwatch:
         return self.total
 
 
-def _unwrapped_for_saving(accelerator, model, task: TrainTask, zero3: bool):
-    """The full model on rank 0: unwrapped, or rebuilt from the gathered ZeRO-3 shards (every rank calls)."""
-    if zero3:
-        state_dict = accelerator.get_state_dict(model)  # collective: gathers the partitioned weights
+def _unwrapped_for_saving(accelerator, model, task: TrainTask, zero3_checkpoint: Path | None):
+    """The full model on rank 0, None on the other ranks (every rank calls): the unwrapped model, or under
+    ZeRO-3 a model rank 0 builds whole and fills from ``zero3_checkpoint``, the sharded checkpoint of the
+    final weights (:func:`~pipelines.training.checkpoint.load_zero3_checkpoint`: deepspeed's zero_to_fp32
+    reads every rank's fp32 partitions on the CPU, so no GPU ever holds the whole model). transformers'
+    ZeRO-3 switch goes off first on every rank: rank 0's rebuild is whole (a ``from_pretrained`` under the
+    switch would start zero.Init, whose broadcasts wait for ranks that never join), and so is any model the
+    caller loads after ``train`` returns."""
+    if zero3_checkpoint is not None:
+        from transformers.integrations import unset_hf_deepspeed_config
+
+        unset_hf_deepspeed_config()
         if not accelerator.is_main_process:
             return None
-        # a full (unpartitioned) model to load the gathered weights into, even under zero3_init_flag
-        with accelerator.state.deepspeed_plugin.zero3_init_context_manager(enable=False):
-            full = task.build_model()
-        full.load_state_dict(state_dict)
+        full = task.build_model()
+        load_zero3_checkpoint(full, zero3_checkpoint)
         return full
     if not accelerator.is_main_process:
         return None
@@ -331,14 +475,13 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
         raise ConfigError(f"{type(task).__name__} is not a TrainTask: it lacks {', '.join(missing)}.")
     stage = zero_stage(config)  # from TrainConfig.deepspeed or the launcher's environment
 
-    # The model is built before the Accelerator so that a refused backend fails here, before DeepSpeed starts
-    # and before anything is written (so no transformers zero.Init: ZeRO-3 partitions the model at prepare).
+    # The model is built before the Accelerator so that a refused backend fails here, before DeepSpeed's engine
+    # starts and before anything is written; under ZeRO-3 it is built partitioned (zero.Init, build_partitioned).
     _select_process_gpu()
     set_seed(config.seed)  # same initial weights on every rank
-    model = task.build_model()
+    model = build_partitioned(task, config) if stage == 3 else task.build_model()  # the former refuses 4-bit
     keep_4bit_trainable(model)  # a validation pass must not turn 4-bit layers into inference-only ones
     quantized = is_quantized(model)
-    refuse_zero3_with_quantized(quantized, stage)
     if quantized:               # a 4-bit base does not reload from a full state dict: checkpoint the adapters
         adapter_only_checkpoints(model)
 
@@ -361,7 +504,8 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     n_train = dataset_length(train_ds, "training")
     has_valid = valid_ds is not None and dataset_length(valid_ds, "validation") > 0
     sampler = training_sampler(task, n_train, config.batch_size, config.seed, config.group_by_length)
-    loader = DataLoader(train_ds, batch_size=config.batch_size, sampler=sampler, collate_fn=task.collate,
+    loader = DataLoader(train_ds, batch_size=config.batch_size, sampler=sampler,
+                        collate_fn=training_collate(task, config),  # the task's, bucket-padded or packed
                         num_workers=config.num_workers, pin_memory=device.type == "cuda",
                         generator=torch.Generator().manual_seed(config.seed))
     optimizer = build_optimizer(model, config, fused=device.type == "cuda" and not deepspeed)
@@ -381,6 +525,8 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     resumed_from = None
     latest = latest_checkpoint(root)
     if latest is not None:
+        if zero3:
+            refuse_zero3_resharding(latest, world)
         accelerator.load_state(str(latest))
         state = read_state(latest)
         resumed_from = state.step
@@ -399,7 +545,7 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
             callback(step, metrics)
 
     def checkpoint() -> None:
-        save_checkpoint(accelerator, model, root, state, deepspeed=deepspeed)
+        save_checkpoint(accelerator, model, root, state, deepspeed=deepspeed, zero3=zero3)
         if main:
             prune_checkpoints(root, config.keep_checkpoints, protect=state.best_step if config.restore_best else None)
 
@@ -506,10 +652,12 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
         checkpoint()  # the loop ended without saving its last step (e.g. nothing was left to run)
 
     # ---- the final model: best validation weights (when asked), written atomically ----
-    if config.restore_best and state.best_step is not None and state.best_step != state.step:
+    restore = config.restore_best and state.best_step is not None and state.best_step != state.step
+    if restore:
         accelerator.load_state(str(root / f"step-{state.best_step}"))
     final_dir, tmp_dir = out / "final", out / ".final.tmp"
-    full = _unwrapped_for_saving(accelerator, model, task, zero3)
+    shards = root / f"step-{state.best_step if restore else state.step}" if zero3 else None  # the final weights
+    full = _unwrapped_for_saving(accelerator, model, task, shards)
     summary = TrainSummary(
         final_step=state.step, epochs_done=state.epoch + state.batches_in_epoch / batches_per_epoch,
         train_losses=[(int(s), float(v)) for s, v in state.train_losses],

@@ -12,9 +12,14 @@ topology, the stage code stays the same (deploy/README.md):
 (``--no_local_rank``: DeepSpeed's runner otherwise appends ``--local_rank=N`` to the program's arguments, which
 the stage CLI does not take; every launcher sets ``LOCAL_RANK`` in the environment, which the engine reads.)
 
-``extra_args`` are launcher options (e.g. ``["--main_process_port", "29600"]`` or
-``["--nnodes", "2", "--node_rank", "0"]``); ``stage_args`` follow ``run STAGE`` (e.g.
-``["--set", "mdr.teacher.epochs=1"]``).
+``extra_args`` are launcher options (e.g. ``["--main_process_port", "29600"]``); for several machines,
+accelerate's ``["--machine_rank", "R"]`` with ``multi_node`` (whose ``num_processes`` counts all machines) or
+torchrun's ``["--nnodes", "2", "--node_rank", "R", "--master_addr", IP, "--master_port", PORT]`` with
+``num_processes`` per machine (tests/training/test_launchers.py runs both as two "machines" on localhost).
+``stage_args`` follow ``run STAGE`` (e.g. ``["--set", "mdr.teacher.epochs=1"]``).
+
+DeepSpeed's runner without a GPU: ``--num_gpus N`` still starts N local processes (the slots of localhost; no
+hostfile, no ssh), which train with DDP over gloo, or with DeepSpeed when ``TrainConfig.deepspeed`` is set.
 """
 
 from __future__ import annotations
@@ -57,7 +62,9 @@ def launch_command(stage_name: str, launcher: str = "accelerate", accelerate_con
     ``accelerate_config`` is a file or a short name of deploy/accelerate/ (e.g. "cpu_2proc",
     "gpu_multi", "deepspeed_zero2"); without it accelerate runs ``num_processes`` processes
     with its defaults. ``launcher="python"`` runs the stage in one plain process. ``entry``
-    replaces ``-m pipelines run STAGE`` by a script and its arguments (tests, benchmarks).
+    replaces ``-m pipelines run STAGE`` by a script and its arguments, or ``-m MODULE`` and its
+    arguments (tests, benchmarks); DeepSpeed's runner gets ``-m`` as ``--module``.
+    Several machines: the launcher's own options in ``extra_args`` (see module docstring).
     """
     if launcher not in LAUNCHERS:
         raise ConfigError(f"launcher {launcher!r} is unknown: use one of {', '.join(LAUNCHERS)}.")
@@ -91,7 +98,7 @@ def launch_command(stage_name: str, launcher: str = "accelerate", accelerate_con
         return [*cmd, *extra_args, *module]
     if launcher == "torchrun":
         return [py, "-m", "torch.distributed.run", "--nproc_per_node", str(num_processes), *extra_args, *module]
-    if entry is None:
-        module = ["--module", "pipelines", "run", stage_name, *stage_args]  # the deepspeed runner's spelling
+    if module[:1] == ["-m"]:
+        module = ["--module", *module[1:]]  # the deepspeed runner's spelling (it refuses -m)
     return [py, "-m", "deepspeed.launcher.runner", "--num_gpus", str(num_processes), "--no_local_rank", *extra_args,
             *module]

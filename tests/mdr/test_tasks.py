@@ -97,6 +97,37 @@ def test_each_stage_step_is_one_graph_without_host_syncs(config, codec, examples
     assert graphs(decoder_task, decoder_task.build_model()) == (1, [])
 
 
+def test_length_buckets_change_no_stage_loss(config, codec, examples, gpt2, tmp_path):
+    """Each stage names its sequence tensors (sequence_pad_values): padded further to a bucket
+    (TrainConfig.length_buckets), its batches give the same loss and target count (eval mode: no dropout,
+    the Memory Net's expected P^(0)); the online H_P selection of stage B included."""
+    from pipelines.training.config import TrainConfig
+    from pipelines.training.data import training_collate
+
+    def same_loss(task, model):
+        items = [task.train_dataset()[i] for i in range(4)]
+        bucketed = training_collate(task, TrainConfig(output_dir=str(tmp_path), length_buckets=[64]))(items)
+        plain = task.collate(items)
+        assert all(bucketed[k].shape[-1] == 64 for k in task.sequence_pad_values() if k in bucketed)
+        assert any(plain[k].shape[-1] < 64 for k in task.sequence_pad_values() if k in plain)
+        with torch.no_grad():
+            (loss, n), (loss_b, n_b) = task.compute_loss(model.eval(), plain), task.compute_loss(model, bucketed)
+        assert int(n) == int(n_b)
+        torch.testing.assert_close(loss_b, loss, rtol=1e-5, atol=1e-6)
+
+    teacher_task = MDRTeacherTask(config, examples, None, codec, gpt2)
+    teacher = teacher_task.build_model()
+    same_loss(teacher_task, teacher)
+    teacher_task.save_final(teacher, tmp_path / "teacher")
+    frozen = MDRTeacher.load(tmp_path / "teacher")
+    for cfg in (config, dataclasses.replace(config, precompute_teacher_features=False)):
+        student_task = MDRStudentTask(cfg, examples, None, codec, frozen, gpt2)
+        same_loss(student_task, student_task.build_model())
+    decoder_task = MDRDecoderTask(config, examples, None, codec, frozen,
+                                  {e.id: torch.randn(frozen.hidden) for e in examples})
+    same_loss(decoder_task, decoder_task.build_model())
+
+
 def test_with_the_project_tokenizer_and_gpt2_builder(config, examples, tmp_path):
     from pipelines.models.tokenizers import train_bpe_tokenizer
     from pipelines.mdr.tasks import gpt2_factory

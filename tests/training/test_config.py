@@ -22,6 +22,15 @@ from pipelines.training.launch import DEPLOY_DIR
     ({"precision": "fp8"}, "choose one of auto, fp32, bf16, fp16"),
     ({"schedule": "cosine"}, "choose one of linear, constant"),
     ({"compile": "sometimes"}, "use auto, true or false"),
+    ({"compile_mode": "fast"}, "compile_mode is 'fast': choose one of default, reduce-overhead"),
+    ({"compile_mode": "reduce-overhead", "compile_backend": "aot_eager"}, "mode of the inductor backend"),
+    ({"fused_optimizer": "yes"}, "fused_optimizer is 'yes': use auto, true or false"),
+    ({"length_buckets": [64, 32]}, "length_buckets is \\[64, 32\\]: give increasing positive lengths"),
+    ({"length_buckets": [0, 8]}, "give increasing positive lengths"),
+    ({"length_buckets": []}, "give increasing positive lengths"),
+    ({"pack": True}, "pack is set but pack_length is not"),
+    ({"pack_length": 0}, "pack_length is 0"),
+    ({"pack": True, "pack_length": 128, "length_buckets": [64, 128]}, "drop length_buckets"),
     ({"adam_betas": (0.9, 1.0)}, r"must lie in \[0, 1\)"),
     ({"weight_decay": -0.1}, "cannot be negative"),
     ({"deepspeed": "deploy/deepspeed/missing.json"}, "does not exist"),
@@ -67,11 +76,21 @@ def test_from_dict_refuses_unknown_keys_and_round_trips(tmp_path):
     cfg = TrainConfig.from_dict({"output_dir": str(tmp_path), "adam_betas": [0.9, 0.95]}, lr=3e-4)
     assert cfg.adam_betas == (0.9, 0.95) and cfg.lr == 3e-4
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    buckets = TrainConfig.from_dict({"output_dir": str(tmp_path), "length_buckets": [32, 64, 128]})
+    assert buckets.length_buckets == (32, 64, 128) and buckets.to_dict()["length_buckets"] == [32, 64, 128]
+    assert TrainConfig.from_dict(buckets.to_dict()) == buckets
 
 
 def test_paper_defaults():
     cfg = TrainConfig(output_dir="x")
     assert (cfg.lr, cfg.seed, cfg.precision) == (1e-4, 2022, "auto")  # MDR: peak lr 1e-4, seed 2022
+
+
+def test_the_speed_levers_default_to_todays_choices():
+    """Issue #30's levers are settings that keep the engine as it was until a GPU measurement says otherwise."""
+    cfg = TrainConfig(output_dir="x")
+    assert (cfg.compile, cfg.compile_mode, cfg.length_buckets, cfg.pack, cfg.fused_optimizer) == (
+        "auto", "default", None, False, "auto")
 
 
 def test_summary_metrics():

@@ -1,4 +1,4 @@
-"""Deterministic epoch order and the sharding of validation over ranks."""
+"""Deterministic epoch order, the sharding of validation over ranks, and length buckets."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from pipelines.errors import ConfigError
-from pipelines.training.data import (EpochLengthGroupedSampler, EpochPermutationSampler, dataset_length,
-                                    training_sampler, validation_batches)
+from pipelines.training.data import (BucketPadding, EpochLengthGroupedSampler, EpochPermutationSampler,
+                                    bucket_length, dataset_length, training_collate, training_sampler,
+                                    validation_batches)
 
 
 def test_epoch_order_is_a_function_of_seed_and_epoch():
@@ -89,3 +90,44 @@ def test_datasets_need_a_length():
     with pytest.raises(ConfigError, match="has no len"):
         dataset_length(Stream(), "training")
     assert dataset_length([1, 2], "validation") == 2
+
+
+@pytest.mark.parametrize("length, buckets, expected", [
+    (5, (8, 16), 8), (8, (8, 16), 8), (9, (8, 16), 16), (17, (8, 16), 32), (33, (8, 16), 48), (1, (1,), 1)])
+def test_bucket_length(length, buckets, expected):
+    assert bucket_length(length, buckets) == expected
+
+
+def test_length_buckets_pad_the_sequence_tensors_and_keep_the_loss(tmp_path, one_thread):
+    """TrainConfig.length_buckets: every sequence tensor the task names is right-padded to the bucket with its own
+    value; the loss and the target count of the batch do not change."""
+    import pickle
+
+    from pipelines.training.config import TrainConfig
+    from tests.training.tiny_task import VarLenLMTask
+
+    task = VarLenLMTask(dropout=0.0)
+    items = sorted(task.train_dataset(), key=len)[:4]                          # the shortest: T < 8
+    plain = task.collate(items)
+    collate = training_collate(task, TrainConfig(output_dir=str(tmp_path), length_buckets=[8, 12]))
+    assert isinstance(collate, BucketPadding) and pickle.loads(pickle.dumps(collate)).buckets == (8, 12)
+    padded = collate(items)
+    t = plain["input_ids"].shape[1]
+    assert t < 8 and {k: tuple(v.shape) for k, v in padded.items()} == {k: (4, 8) for k in plain}
+    assert padded["input_ids"][:, t:].eq(0).all() and padded["attention_mask"][:, t:].eq(0).all()
+    assert padded["labels"][:, t:].eq(-100).all()
+    for key in plain:
+        assert torch.equal(padded[key][:, :t], plain[key])
+    model = task.build_model().eval()
+    loss, n = task.compute_loss(model, plain)
+    loss_padded, n_padded = task.compute_loss(model, padded)
+    assert int(n) == int(n_padded)
+    torch.testing.assert_close(loss_padded, loss, rtol=1e-5, atol=1e-6)
+
+
+def test_length_buckets_need_a_task_naming_its_sequences(tmp_path):
+    from pipelines.training.config import TrainConfig
+    from tests.training.tiny_task import TinyLMTask
+
+    with pytest.raises(ConfigError, match="length_buckets is set but TinyLMTask has no sequence_pad_values"):
+        training_collate(TinyLMTask(), TrainConfig(output_dir=str(tmp_path), length_buckets=[16]))

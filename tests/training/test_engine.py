@@ -272,6 +272,63 @@ def test_when_the_step_is_compiled(tmp_path, setting, cuda, deepspeed, quantized
     assert resolve_compile(cfg, cuda, deepspeed, quantized) is expected
 
 
+@pytest.mark.parametrize("setting, cuda, mode, expected", [
+    ("auto", False, "reduce-overhead", False), ("auto", True, "reduce-overhead", True),
+    (True, True, "max-autotune", True), (True, False, "max-autotune-no-cudagraphs", True),
+    (True, False, "reduce-overhead", "CUDA graphs"), (True, False, "max-autotune", "CUDA graphs")])
+def test_a_cuda_graph_mode_needs_cuda_when_the_step_is_compiled(tmp_path, setting, cuda, mode, expected):
+    """Off CUDA torch would compile a CUDA-graph mode and silently record no graph: refused, naming the setting.
+    compile: auto does not compile on CPU, so the mode is then moot and nothing is refused."""
+    cfg = TrainConfig(output_dir=str(tmp_path), compile=setting, compile_mode=mode)
+    if isinstance(expected, str):
+        with pytest.raises(ConfigError, match=f"compile_mode is '{mode}', which records {expected}"):
+            resolve_compile(cfg, cuda, False, False)
+    else:
+        assert resolve_compile(cfg, cuda, False, False) is expected
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_the_compile_mode_reaches_torch_compile(tmp_path, monkeypatch, world):
+    from pipelines.training.engine import compiled_step
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or fn)
+    cfg = TrainConfig(output_dir=str(tmp_path), compile=True, compile_mode="max-autotune-no-cudagraphs")
+    compiled_step(LinearTask(), torch.nn.Linear(3, 1), cfg, world=world)
+    assert calls == [{"backend": "inductor", "mode": "max-autotune-no-cudagraphs"}]
+
+
+@pytest.mark.parametrize("setting, run_default, expected", [
+    ("auto", True, True), ("auto", False, False), (True, False, True), (False, True, False)])
+def test_fused_adamw_setting(tmp_path, setting, run_default, expected):
+    from pipelines.training.engine import build_optimizer
+
+    cfg = TrainConfig(output_dir=str(tmp_path), fused_optimizer=setting)
+    assert bool(build_optimizer(torch.nn.Linear(3, 1), cfg, fused=run_default).defaults["fused"]) is expected
+
+
+def test_fused_adamw_trains_like_the_multi_tensor_one(tmp_path, one_thread):
+    """torch's fused AdamW (on the CPU here) follows the update rule of the default (foreach) one."""
+    fused, plain = LinearTask(), LinearTask()
+    train(fused, _config(tmp_path, "fused", fused_optimizer=True), progress=False)
+    train(plain, _config(tmp_path, "plain", fused_optimizer=False), progress=False)
+    torch.testing.assert_close(fused.model.weight, plain.model.weight, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(fused.model.bias, plain.model.bias, atol=1e-6, rtol=1e-5)
+
+
+def test_a_bucket_padded_run_trains_like_the_plain_one(tmp_path, one_thread):
+    """TrainConfig.length_buckets changes the shapes of the training micro-batches, not the training."""
+    from tests.training.tiny_task import VarLenLMTask
+
+    kw = dict(lr=3e-3, max_steps=4, batch_size=4, save_every=100, early_stopping_patience=None, log_every=1)
+    plain = train(VarLenLMTask(n_train=16, n_valid=0, dropout=0.0),
+                  TrainConfig(output_dir=str(tmp_path / "plain"), **kw), progress=False)
+    bucketed = train(VarLenLMTask(n_train=16, n_valid=0, dropout=0.0),
+                     TrainConfig(output_dir=str(tmp_path / "buckets"), length_buckets=[8, 12], **kw), progress=False)
+    for (_, a), (_, b) in zip(plain.train_losses, bucketed.train_losses):
+        assert b == pytest.approx(a, rel=1e-5)
+
+
 def test_a_compiled_step_trains_like_the_eager_one(tmp_path, one_thread):
     """The compiled step (the task's whole compute_loss, captured by dynamo; aot_eager keeps the test fast:
     the same graphs, no code generation) follows the eager run's loss curve."""
