@@ -20,6 +20,9 @@
 # buckets alone, CUDA graphs alone, batch 64 x 1 against 32 x 2, AdamW unfused; 7 compiles, capped at 560 s) and
 # levers-lm (lm at 64-128 tokens: packing into rows of 256 and 512 tokens, CUDA graphs over buckets or packed
 # rows; 5 compiles, capped at 420 s).
+# With a lent GPU's 15 minutes (start-up included) the order is: one call of `mdr emma` (issue #30 point 1's
+# headline ratios, MFU and syncs; ~520 s), then `levers` with CAP_LEVERS set to what is left; the other parts wait
+# for a later task's GPU.
 # Needs torch with CUDA, transformers, peft, sentence-transformers and bitsandbytes (emma); caps in seconds from
 # CAP_<PART>.
 set -u
