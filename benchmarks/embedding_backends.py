@@ -26,7 +26,8 @@ Cross-encoder: ``--queries`` LoCoMo-like queries (a question of ``--locomo`` and
 synthetic), each a ``depth``-30 re-ranking, scored by: ``torch fp32 padded`` (the scoring before issue #29: one
 batch padded to its longest pair), ``torch fp32`` (:meth:`CrossEncoder.score`: pairs tokenized once, sorted by length,
 cut into the batches of least padded work), ``onnx fp32`` and ``onnx int8`` (the ONNX Runtime export the ``rerank``
-strategy uses on the CPU). ``ms/query``: the median over queries of each query's best pass; ``max|ds|``: the largest
+strategy uses on CPUs without native bf16), ``openvino fp32`` and, on a CPU that computes bf16, ``openvino bf16``
+(the same export compiled by OpenVINO: the ``rerank`` default on such a CPU). ``ms/query``: the median over queries of each query's best pass; ``max|ds|``: the largest
 absolute difference of a score to torch fp32 padded. ``--reranker``: a saved re-ranker (the reranker stage's
 output); by default the shipped MiniLM with a new seeded head (the same arithmetic, untrained scores).
 
@@ -139,14 +140,17 @@ def embedding_rows(texts: dict[str, list[str]], variants: list[tuple[str, ...]],
                    repeat: int, export_dir: str | None, log, device: str = "cpu") -> list[dict]:
     """One row per (variant, batch size, text kind): texts/s (best pass), texts/cpu-s, cosine to torch fp32 (on
     the CPU). A variant is ``backend:quantization[:precision]``; precision bf16 / fp16 is torch autocast (bf16 on the CPU
-    too: ``torch:none:bf16``, the CPU default where it computes bf16 natively)."""
+    too: ``torch:none:bf16``), or OpenVINO compiled for bf16 (``openvino:none:bf16``, the CPU default where the CPU
+    computes bf16 natively)."""
     encoders, rows = {}, []
     for variant in variants:
         backend, quantization = variant[0], variant[1]
         try:
             started = time.perf_counter()
-            encoders[variant] = E.load_encoder(None, device, backend, quantization, export_dir)
-            _encode(encoders[variant], ["warm-up"] * 8, 8, device, variant[2] if len(variant) > 2 else "fp32")
+            precision = variant[2] if len(variant) > 2 else "fp32"
+            encoders[variant] = E.load_encoder(None, device, backend, quantization, export_dir,
+                                               precision if backend == "openvino" else "fp32")
+            _encode(encoders[variant], ["warm-up"] * 8, 8, device, precision if backend == "torch" else "fp32")
             log(f"{':'.join(variant)} ready on {device} in {time.perf_counter() - started:.1f} s")
         except Exception as err:   # a missing extra (ConfigError) or a failed export: reported, not fatal
             rows.append({"variant": ":".join(variant), "missing": str(err).splitlines()[0]})
@@ -159,7 +163,7 @@ def embedding_rows(texts: dict[str, list[str]], variants: list[tuple[str, ...]],
             vectors: dict = {}
             for _ in range(repeat):                       # interleaved: pass r of every variant, then pass r + 1
                 for key, encoder in encoders.items():
-                    precision = key[2] if len(key) > 2 else "fp32"
+                    precision = key[2] if len(key) > 2 and key[0] == "torch" else "fp32"   # torch: autocast
                     out, wall, cpu = timed(lambda: _encode(encoder, items, bs, device, precision))
                     vectors[key] = out
                     best[key] = (max(best[key][0], len(items) / wall), max(best[key][1], len(items) / max(cpu, 1e-9)))
@@ -217,12 +221,17 @@ def rerank_rows(queries: list[tuple[str, list[str]]], reranker: str | None, repe
                     torch.cuda.synchronize()
                     return out
                 scorers[f"cuda {precision}"] = score
-        for quantization in ("none", "int8") if not device.startswith("cuda") else ():
+        runtimes = [("onnx", "none", "fp32"), ("onnx", "int8", "fp32"), ("openvino", "none", "fp32")]
+        if E.cpu_computes_bf16():
+            runtimes += [("openvino", "none", "bf16")]
+        for backend, quantization, precision in runtimes if not device.startswith("cuda") else ():
+            name = f"{backend} {'int8' if quantization == 'int8' else precision}"
             try:
-                runtime = RuntimeCrossEncoder(export_cross_encoder(reranker, quantization, export_dir))
-                scorers[f"onnx {'fp32' if quantization == 'none' else quantization}"] = runtime.score
+                runtime = RuntimeCrossEncoder(export_cross_encoder(reranker, quantization, export_dir), backend,
+                                              precision)
+                scorers[name] = runtime.score
             except Exception as err:
-                log(f"onnx {quantization}: {str(err).splitlines()[0]}")
+                log(f"{name}: {str(err).splitlines()[0]}")
         log("cross-encoder variants ready")
         best = {name: [float("inf")] * len(queries) for name in scorers}
         scores = {name: [None] * len(queries) for name in scorers}

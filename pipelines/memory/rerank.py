@@ -17,10 +17,12 @@ A session's score gains its best candidate's cross-encoder score the same way (M
 Cost: one cross-encoder pass per candidate, ``depth`` pairs per query; the benchmark records it in each query's
 latency (``latency_ms_p50``, the ablation table), and the strategy keeps the re-ranking time alone of each query in
 ``rerank_ms`` (model loading included, the first time). On the CPU the cross-encoder runs (``rerank_backend: auto``)
-as an ONNX Runtime export of the saved model (fp32, fused by ONNX Runtime's transformer optimizer), made once in the
-encoders' export folder (:func:`pipelines.rerank.cross_encoder.export_cross_encoder`); the pairs are tokenized once,
-sorted by length and cut into the batches of least padded work (half of a padded batch of 30 LoCoMo pairs is
-padding). benchmarks/embedding_backends.py measures it against the torch fp32 scoring it replaces.
+as an ONNX export of the saved model (fused by ONNX Runtime's transformer optimizer), made once in the encoders'
+export folder (:func:`pipelines.rerank.cross_encoder.export_cross_encoder`): compiled by OpenVINO in bf16 on a CPU
+that computes bf16 natively, else run by ONNX Runtime in fp32 (:func:`~pipelines.rerank.cross_encoder.load_scorer`
+gives the figures); the pairs are tokenized once, sorted by length and cut into the batches of least padded work
+(half of a padded batch of 30 LoCoMo pairs is padding). benchmarks/embedding_backends.py measures it against the
+torch fp32 scoring it replaces.
 
 Honest evaluation: as ``trained_dense``, each episode is scored by the main model unless it trained on the
 episode, else by the fold model that held it out (``models/reranker/folds/``), else not at all (ConfigError).
@@ -54,8 +56,8 @@ class RerankConfig(FusionTimeConfig):
     rerank_weight: float = 2.0         # w_c (0: the first stage alone)
     session_weight: float | None = None  # w_s, the cross-encoder's weight in a session's score (None: w_c)
     rerank_batch_size: int = 64        # at most this many pairs per cross-encoder forward pass (length-sorted batches)
-    rerank_backend: str = "auto"       # auto (torch on a GPU or in bf16 on a CPU with native bf16, else
-                                       # onnx) | torch | onnx (ONNX Runtime export)
+    rerank_backend: str = "auto"       # auto (torch on a GPU; openvino in bf16 on a CPU that computes bf16, else
+                                       # onnx) | torch | onnx (ONNX Runtime) | openvino (both over the ONNX export)
     rerank_quantization: str = "auto"  # onnx: auto = none (fp32) | none | int8 (dynamic, this CPU's preset; moves
                                        # the scores enough to cost re-ranking recall: measured, not the default)
     device: str = "auto"               # auto | cpu | cuda | cuda:N: the dense encoder's and the cross-encoder's
@@ -68,7 +70,7 @@ class RerankConfig(FusionTimeConfig):
                 raise ConfigError(f"rerank.{name} must be a positive integer, got {value!r}.")
         from pipelines.rerank.cross_encoder import check_rerank_backend
 
-        check_rerank_backend(self.rerank_backend, self.rerank_quantization, self.device)
+        check_rerank_backend(self.rerank_backend, self.rerank_quantization, self.device, self.precision)
         check_weights(self, "rerank", ("rerank_weight",) if self.session_weight is None else
                       ("rerank_weight", "session_weight"))
 

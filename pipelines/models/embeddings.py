@@ -13,15 +13,17 @@ that is fastest on the hardware.
                 ``avx512``, ``avx512_vnni``, ``arm64``: the four of ``optimum``'s ``AutoQuantizationConfig``).
   ``openvino``  OpenVINO: the same ONNX graph converted to OpenVINO IR; ``int8`` is NNCF's post-training static
                 quantization calibrated on local texts (:data:`CALIBRATION_TEXTS`, nothing downloaded),
-                ``int8_weights`` its weight-only int8 compression.
+                ``int8_weights`` its weight-only int8 compression; with fp32 weights, ``precision: bf16`` compiles
+                the graph for bf16 arithmetic (OpenVINO's ``INFERENCE_PRECISION_HINT``) on a CPU that computes
+                bf16 natively.
 
-  Defaults (``backend: auto``, ``quantization: auto``, ``device: auto``): torch with bf16/fp16 autocast on a GPU;
-  on the CPU the fastest variant measured whose rankings stay those of torch fp32 (:func:`default_cpu_backend`):
-  torch in bf16 autocast on a CPU that computes bf16 natively (AVX512-BF16 or AMX: 2.6x torch fp32 and 1.2-1.3x
-  OpenVINO fp32 on 2 cores of an AVX-512 EPYC), else OpenVINO fp32 (1.2-1.6x torch fp32 on 2 AVX2 cores, cosines
-  1.0000). The int8 variants are faster still (OpenVINO int8 2.4x OpenVINO fp32 with VNNI) but moved session
-  recall@5 / nDCG@10 of some strategies by more than 0.005 on the LongMemEval sample and LoCoMo (issue #29's band),
-  so they are opt-in.
+  Defaults (``backend: auto``, ``quantization: auto``, ``precision: auto``, ``device: auto``): torch with bf16/fp16
+  autocast on a GPU; on the CPU the fastest variant measured whose rankings stay those of torch fp32
+  (:func:`default_cpu_backend`): OpenVINO, in bf16 on a CPU that computes bf16 natively (AVX512-BF16 or AMX: 3.4x
+  torch fp32, 1.3x torch bf16 autocast and 1.6x OpenVINO fp32 on 2 cores of an AVX-512 EPYC), else in fp32
+  (1.2-1.6x torch fp32 on 2 AVX2 cores, cosines 1.0000). The int8 variants are faster still (OpenVINO int8 2.4x
+  OpenVINO fp32 with VNNI) but moved session recall@5 / nDCG@10 of some strategies by more than 0.005 on the
+  LongMemEval sample and LoCoMo (issue #29's band), so they are opt-in.
 
   sentence-transformers' own ``backend="onnx" | "openvino"`` need ``optimum-onnx`` / ``optimum-intel``, whose
   releases require transformers < 4.58 / < 5.6 and fail at import under the pinned transformers 5.23, so the export
@@ -172,19 +174,25 @@ def check_backend(backend: str, quantization: str, precision: str = "auto", devi
     if backend == "torch" and quantization not in ("auto", "none"):
         raise ConfigError(f"{what}.quantization {quantization!r} needs backend onnx or openvino; the torch backend "
                           f"runs fp32 (or bf16/fp16 with {what}.precision).")
+    if backend == "onnx" and precision not in ("auto", "fp32"):
+        raise ConfigError(f"{what}.precision {precision!r} applies to the torch and openvino backends; the onnx "
+                          f"backend computes in fp32 (int8 with {what}.quantization).")
+    if backend == "openvino" and precision not in ("auto", "fp32", "bf16"):
+        raise ConfigError(f"{what}.precision {precision!r} does not apply to the openvino backend: it computes in "
+                          f"fp32 or bf16.")
+    if backend == "openvino" and precision == "bf16" and quantization not in ("auto", "none"):
+        raise ConfigError(f"{what}.precision bf16 applies to the openvino backend's fp32 weights; with "
+                          f"{what}.quantization {quantization!r} set precision auto or fp32.")
     if backend in ("onnx", "openvino"):
-        if precision not in ("auto", "fp32"):
-            raise ConfigError(f"{what}.precision {precision!r} applies to the torch backend; the {backend} backend "
-                              f"computes in fp32 (int8 with {what}.quantization).")
         if str(device).startswith("cuda"):
             raise ConfigError(f"{what}.backend {backend!r} runs on the CPU here; on a GPU use backend torch (or auto).")
 
 
 def resolve_backend(backend: str, device: str, precision: str = "auto") -> str:
-    """The backend to run: ``auto`` is torch on a GPU or for an explicit bf16/fp16 ``precision``, else
+    """The backend to run: ``auto`` is torch on a GPU or for an explicit fp16 ``precision``, else
     :func:`default_cpu_backend`."""
     if backend == "auto":
-        torch_wanted = str(device).startswith("cuda") or precision in ("bf16", "fp16")
+        torch_wanted = str(device).startswith("cuda") or precision == "fp16"
         return "torch" if torch_wanted else default_cpu_backend()
     return backend
 
@@ -198,21 +206,33 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def default_cpu_backend(native_bf16: bool | None = None) -> str:
+def default_cpu_backend() -> str:
     """The fastest backend measured on the CPU whose vectors keep torch fp32's rankings, each backend in its own
-    process on the dense strategy's path (length-sorted batches of 32 real LongMemEval user turns, 2 cores): torch
-    in bf16 autocast where the CPU computes bf16 natively (``native_bf16``, default :func:`resolve_precision`'s
-    test; AVX512-BF16 or AMX: 318-333 texts/s against OpenVINO fp32's 260 and torch fp32's 126 on an AVX-512 EPYC,
-    a cold LongMemEval S-shaped run 384 s against 589 s, session recall_all@5 / ndcg_any@10 within 0.002 of
-    OpenVINO fp32's on the LongMemEval sample and LoCoMo), else OpenVINO fp32 (91-97 texts/s against torch fp32's
-    64 on 2 AVX2 cores)."""
-    return "torch" if (cpu_computes_bf16() if native_bf16 is None else native_bf16) else "openvino"
+    process on the dense strategy's path (length-sorted batches of 32 real LongMemEval user turns, 2 cores):
+    OpenVINO, whose ``precision: auto`` (:func:`resolve_runtime_precision`) is bf16 where the CPU computes bf16
+    natively (AVX512-BF16 or AMX: 424 texts/s against torch bf16 autocast's 318-333, OpenVINO fp32's 260 and torch
+    fp32's 126 on an AVX-512 EPYC) and fp32 elsewhere (91-97 texts/s against torch fp32's 64 on 2 AVX2 cores)."""
+    return "openvino"
 
 
 def cpu_computes_bf16() -> bool:
     """Whether this CPU computes bf16 natively (:func:`resolve_precision`'s test: torch's oneDNN sees AVX512-BF16 or
-    AMX): where it does, the encoders' and the cross-encoder's CPU defaults are torch in bf16 autocast."""
+    AMX; OpenVINO's CPU plugin uses the same oneDNN): where it does, ``precision: auto`` is bf16 on every backend
+    that has it (torch autocast, OpenVINO)."""
     return resolve_precision("auto", "cpu") == "bf16"
+
+
+def resolve_runtime_precision(precision: str, backend: str, quantization: str = "none") -> str:
+    """The arithmetic of a runtime (onnx / openvino) encoder on the CPU: onnx computes fp32; openvino computes bf16
+    for ``precision`` auto (fp32 weights, a CPU that computes bf16) or bf16, else fp32. bf16 asked of a CPU without
+    it is a ConfigError: OpenVINO would quietly compute fp32 under a bf16 cache key."""
+    if backend != "openvino" or precision == "fp32" or quantization not in ("auto", "none"):
+        return "fp32"
+    native = cpu_computes_bf16()
+    if precision == "bf16" and not native:
+        raise ConfigError("precision bf16 was asked of the openvino backend, but this CPU does not compute bf16 "
+                          "natively (no AVX512-BF16 or AMX): set precision auto or fp32.")
+    return "bf16" if native else "fp32"
 
 
 def cpu_int8_preset() -> str:
@@ -254,10 +274,11 @@ def resolve_precision(precision: str, device: str = "cpu") -> str:
 def cache_key(model_name: str, backend: str = "torch", quantization: str = "none", precision: str = "fp32") -> str:
     """The embedding cache's model key of a variant: torch fp32 is the bare name (as before issue #29), torch bf16
     ``<model>@bf16``, onnx fp32 ``<model>@onnx``, onnx int8 ``<model>@onnx-int8_avx2``, openvino fp32
-    ``<model>@openvino``, openvino static int8 ``<model>@openvino-int8``."""
+    ``<model>@openvino``, openvino bf16 ``<model>@openvino-bf16``, openvino static int8 ``<model>@openvino-int8``."""
     if backend == "torch":
         return model_name if precision == "fp32" else f"{model_name}@{precision}"
-    return f"{model_name}@{backend}" if quantization == "none" else f"{model_name}@{backend}-{quantization}"
+    key = f"{model_name}@{backend}" if quantization == "none" else f"{model_name}@{backend}-{quantization}"
+    return key if precision == "fp32" else f"{key}-{precision}"
 
 
 def require(backend: str, quantization: str = "none") -> dict[str, Any]:
@@ -290,29 +311,32 @@ def default_export_dir() -> Path:
 
 
 def load_encoder(model_path: str | os.PathLike | None = None, device: str = "cpu", backend: str = "auto",
-                 quantization: str = "auto", export_dir: str | os.PathLike | None = None) -> Any:
+                 quantization: str = "auto", export_dir: str | os.PathLike | None = None,
+                 precision: str = "auto") -> Any:
     """A sentence encoder from a local directory, never from a hub (loaded once per process and variant).
 
-    ``model_path`` None means the shipped all-MiniLM-L6-v2. ``torch`` gives a SentenceTransformer on ``device``;
-    ``onnx`` / ``openvino`` a :class:`RuntimeEncoder` over the export of the model in ``export_dir`` (made on first
-    use). ``device``, ``backend`` and ``quantization`` take the same values as the dense settings; the defaults
-    give the dense strategy's default encoder (on the CPU: :func:`default_cpu_backend`). An :class:`Embedder` reads
-    the backend and quantization off the encoder for its cache key.
+    ``model_path`` None means the shipped all-MiniLM-L6-v2. ``torch`` gives a SentenceTransformer on ``device``
+    (its precision is the :class:`Embedder`'s autocast); ``onnx`` / ``openvino`` a :class:`RuntimeEncoder` over the
+    export of the model in ``export_dir`` (made on first use), computing in :func:`resolve_runtime_precision`'s
+    arithmetic. ``device``, ``backend``, ``quantization`` and ``precision`` take the same values as the dense
+    settings; the defaults give the dense strategy's default encoder (on the CPU: :func:`default_cpu_backend`). An
+    :class:`Embedder` reads the backend, quantization and precision off the encoder for its cache key.
     """
     path = Path(model_path) if model_path else default_model_path()
     if not path.is_dir():
         raise ConfigError(f"embedding model {str(path)!r} is not a local directory; no model hub is "
                           f"reached, so give the path of a saved sentence-transformers model.")
-    check_backend(backend, quantization, what="embedding")
+    check_backend(backend, quantization, precision, what="embedding")
     device = resolve_device(device)
-    backend = resolve_backend(backend, device)
-    check_backend(backend, quantization, device=device, what="embedding")
+    backend = resolve_backend(backend, device, precision)
+    check_backend(backend, quantization, precision, device=device, what="embedding")
     quantization = resolve_quantization(quantization, backend)
     if backend == "torch":
         return _load(str(path.resolve()), device)
+    arithmetic = resolve_runtime_precision(precision, backend, quantization)
     require(backend, quantization)
     folder = export_encoder(path, backend, quantization, export_dir)
-    return _load_runtime(str(folder))
+    return _load_runtime(str(folder), arithmetic)
 
 
 @lru_cache(maxsize=4)
@@ -324,20 +348,31 @@ def _load(path: str, device: str) -> Any:
 
 
 @lru_cache(maxsize=8)
-def _load_runtime(folder: str) -> "RuntimeEncoder":
-    return RuntimeEncoder(folder)
+def _load_runtime(folder: str, precision: str = "fp32") -> "RuntimeEncoder":
+    return RuntimeEncoder(folder, precision)
+
+
+def openvino_config(precision: str = "fp32") -> dict[str, str]:
+    """OpenVINO CPU compile properties computing in ``precision`` exactly as asked: fp32 (``f32``) or bf16. Left to
+    itself, on CPUs with bf16 or VNNI OpenVINO would run in bf16 and, for int8-compressed weights, quantize the
+    activations too (dynamic quantization, groups of 32: cosine to torch 0.9971 instead of 0.9988 on an AVX-512
+    VNNI EPYC); ``int8_weights`` means the weights alone."""
+    return {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
+            "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 
 
 class RuntimeEncoder:
     """An exported sentence encoder run by ONNX Runtime or OpenVINO on the CPU: the source model's tokenizer
-    (same truncation) and one graph computing its whole pipeline (transformer, pooling, normalisation)."""
+    (same truncation) and one graph computing its whole pipeline (transformer, pooling, normalisation).
+    ``precision`` (openvino): fp32, or bf16 on a CPU that computes it (:func:`resolve_runtime_precision`)."""
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, precision: str = "fp32"):
         from transformers import AutoTokenizer
 
         self.folder = Path(folder)
         self.meta = json.loads((self.folder / META_FILE).read_text(encoding="utf-8"))
         self.backend, self.quantization = self.meta["backend"], self.meta["quantization"]
+        self.precision = precision if self.backend == "openvino" else "fp32"
         self.inputs, self.max_length = tuple(self.meta["inputs"]), int(self.meta["max_seq_length"])
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         graph = str(self.folder / self.meta["file"])
@@ -355,10 +390,7 @@ class RuntimeEncoder:
             # (real LongMemEval turns, batches of 32), the same vectors
             ov = require("openvino")["openvino"]
             core = ov.Core()
-            # fp32 arithmetic everywhere: on CPUs with bf16 or VNNI, OpenVINO would otherwise run in bf16 and, for
-            # int8-compressed weights, quantize the activations too (dynamic quantization, groups of 32: cosine to
-            # torch 0.9971 instead of 0.9988 on an AVX-512 VNNI EPYC); int8_weights means the weights alone
-            exact = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+            exact = openvino_config(self.precision)
             compiled = core.compile_model(graph, "CPU", {"PERFORMANCE_HINT": "LATENCY", **exact})
             self._run = lambda feeds: compiled(feeds)[0]
             queue: list = []
@@ -647,7 +679,8 @@ class Embedder:
 
     The cache key is :func:`cache_key` of (``model_name``, ``backend``, ``quantization``, precision): ``precision``
     "bf16" / "fp16" (torch) encodes under autocast and caches under ``<model_name>@bf16``; an onnx or openvino
-    encoder's vectors go under ``<model_name>@onnx-int8_avx2`` and the like, apart from the torch fp32 ones.
+    encoder's vectors go under ``<model_name>@onnx-int8_avx2``, ``<model_name>@openvino-bf16`` (its own
+    arithmetic, read off the encoder) and the like, apart from the torch fp32 ones.
     """
 
     def __init__(self, encoder: Encoder, model_name: str = DEFAULT_MODEL_NAME,
@@ -663,7 +696,10 @@ class Embedder:
         batch_size = DEFAULT_BATCH_SIZE[self.device_type] if batch_size is None else batch_size
         if batch_size < 1 or chunk_size < 1:
             raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}.")
-        self.precision = resolve_precision(precision, device) if backend == "torch" else "fp32"
+        if backend == "torch":
+            self.precision = resolve_precision(precision, device)
+        else:   # a runtime encoder computes in its own arithmetic (openvino: fp32 or bf16)
+            self.precision = getattr(encoder, "precision", None) or "fp32"
         self.backend, self.quantization = backend, quantization
         model_name = cache_key(model_name, backend, quantization, self.precision)
         self.encoder, self.model_name, self.cache, self.batch_size = encoder, model_name, cache, batch_size
@@ -699,7 +735,7 @@ class Embedder:
         return np.stack([found[h] for h in hashes]).astype(np.float32)  # (N, D)
 
     def _autocast(self):
-        if self.precision == "fp32":
+        if self.precision == "fp32" or self.backend != "torch":   # a runtime encoder computes in its own precision
             return contextlib.nullcontext()
         import torch
 

@@ -175,7 +175,7 @@ class CrossEncoder(nn.Module):
 # more (Python module calls, thread-pool wake-ups on the CPU, kernel launches on a GPU): torch cuts a batch only
 # where a few hundred tokens of padding are saved.
 TORCH_BATCH_OVERHEAD, RUNTIME_BATCH_OVERHEAD = 512, 16
-RERANK_BACKENDS = ("auto", "torch", "onnx")
+RERANK_BACKENDS = ("auto", "torch", "onnx", "openvino")
 RERANK_QUANTIZATIONS = ("auto", "none", "int8")
 
 
@@ -265,60 +265,71 @@ def export_cross_encoder(directory: str | os.PathLike, quantization: str = "int8
 
 
 class RuntimeCrossEncoder:
-    """s(q, d) by ONNX Runtime over an export of a saved :class:`CrossEncoder` (:func:`export_cross_encoder`)."""
+    """s(q, d) over the ONNX export of a saved :class:`CrossEncoder` (:func:`export_cross_encoder`), run by ONNX
+    Runtime (``backend`` onnx) or compiled by OpenVINO (``backend`` openvino, which reads the same ONNX file; its
+    ``precision`` fp32, or bf16 on a CPU that computes bf16)."""
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, backend: str = "onnx", precision: str = "fp32"):
         from transformers import AutoTokenizer
 
-        from pipelines.models.embeddings import META_FILE, require
+        from pipelines.models.embeddings import META_FILE, openvino_config, require
 
-        ort = require("onnx")["onnxruntime"]
         self.folder = Path(folder)
         self.meta = json.loads((self.folder / META_FILE).read_text(encoding="utf-8"))
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         self.tokenizer.truncation_side = "right"
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._session = ort.InferenceSession(str(self.folder / self.meta["file"]), options,
-                                             providers=["CPUExecutionProvider"])
+        self.backend, self.precision = backend, precision if backend == "openvino" else "fp32"
+        graph = str(self.folder / self.meta["file"])
+        if backend == "openvino":
+            core = require("openvino")["openvino"].Core()
+            compiled = core.compile_model(graph, "CPU", {"PERFORMANCE_HINT": "LATENCY",
+                                                         **openvino_config(self.precision)})
+            self._forward = lambda batch: compiled(batch)[0]                                  # (B,)
+        else:
+            ort = require("onnx")["onnxruntime"]
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+            self._forward = lambda batch: session.run(None, batch)[0]                         # (B,)
 
     def score(self, question: str, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """s(question, text) for every text: (N,) float32, in the order of ``texts``."""
-        return score_pairs(self.tokenizer, int(self.meta["max_length"]),
-                           lambda batch: self._session.run(None, batch)[0], question, texts, batch_size,
+        return score_pairs(self.tokenizer, int(self.meta["max_length"]), self._forward, question, texts, batch_size,
                            RUNTIME_BATCH_OVERHEAD)
 
 
 def load_scorer(directory: str | os.PathLike, backend: str = "auto", quantization: str = "auto",
                 device: str = "auto", export_dir: str | os.PathLike | None = None, precision: str = "auto"):
-    """The saved re-ranker of ``directory`` ready to score: ``onnx`` (the default on a CPU without native bf16;
-    ``quantization`` none = fp32 by default, or int8) a :class:`RuntimeCrossEncoder`, ``torch`` (the default on a GPU,
-    and in bf16 autocast on a CPU that computes bf16 natively) the :class:`CrossEncoder` on ``device``, scoring in
-    ``precision`` (auto: fp32 on a GPU. Measured on an H200 with benchmarks/embedding_backends.py --device cuda, 30
-    LoCoMo-like pairs a query: fp32 8.8 ms, bf16 9.5 ms, fp16 9.2 ms; a batch of 30 pairs is launch-bound, so half
-    precision only moves the scores, by up to 0.0024. On 2 AVX-512 EPYC cores, a LongMemEval question's 30 pairs:
-    torch bf16 181 ms, ONNX Runtime fp32 291, torch fp32 391, the same recall on the sample and on LoCoMo)."""
-    from pipelines.models.embeddings import cpu_computes_bf16, resolve_device, resolve_precision
+    """The saved re-ranker of ``directory`` ready to score: ``openvino`` (the default on a CPU that computes bf16
+    natively, in bf16) or ``onnx`` (the default on other CPUs; ``quantization`` none = fp32 by default, or int8) a
+    :class:`RuntimeCrossEncoder`, ``torch`` (the default on a GPU) the :class:`CrossEncoder` on ``device``, scoring
+    in ``precision`` (auto: fp32 on a GPU. Measured on an H200 with benchmarks/embedding_backends.py --device cuda,
+    30 LoCoMo-like pairs a query: fp32 8.8 ms, bf16 9.5 ms, fp16 9.2 ms; a batch of 30 pairs is launch-bound, so
+    half precision only moves the scores, by up to 0.0024. On 2 AVX-512 EPYC cores, 30 pairs of 128 tokens, as a
+    LongMemEval question's: OpenVINO bf16 120 ms, torch bf16 183, OpenVINO fp32 225, ONNX Runtime fp32 281, torch
+    fp32 517; bf16 moved the scores by up to 0.0013)."""
+    from pipelines.models.embeddings import (cpu_computes_bf16, resolve_device, resolve_precision,
+                                             resolve_runtime_precision)
 
-    check_rerank_backend(backend, quantization, device)
+    check_rerank_backend(backend, quantization, device, precision)
     device = resolve_device(device)
     if backend == "auto":
         cpu_bf16 = (not device.startswith("cuda") and quantization in ("auto", "none")
                     and precision in ("auto", "bf16") and cpu_computes_bf16())
-        backend = "torch" if device.startswith("cuda") or cpu_bf16 else "onnx"
-        precision = "bf16" if cpu_bf16 else precision
-    check_rerank_backend(backend, quantization, device)
-    if backend == "onnx":
+        torch_wanted = device.startswith("cuda") or (not cpu_bf16 and precision in ("bf16", "fp16"))
+        backend = "torch" if torch_wanted else "openvino" if cpu_bf16 else "onnx"
+    check_rerank_backend(backend, quantization, device, precision)
+    if backend in ("onnx", "openvino"):
         # auto = fp32: int8 moved the scores by up to 0.18 (std 0.40) and cost LoCoMo re-ranking recall@1 0.18 -> 0.15
-        return RuntimeCrossEncoder(export_cross_encoder(directory, "none" if quantization == "auto" else quantization,
-                                                        export_dir))
+        folder = export_cross_encoder(directory, "none" if quantization == "auto" else quantization, export_dir)
+        return RuntimeCrossEncoder(folder, backend, resolve_runtime_precision(precision, backend))
     model = CrossEncoder.load(directory).to(device).eval()
     model.inference_precision = "fp32" if precision == "auto" else resolve_precision(precision, device)
     return model
 
 
-def check_rerank_backend(backend: str, quantization: str, device: str = "auto") -> None:
-    """ConfigError for an unknown cross-encoder backend / quantization, or a pair that does not go together."""
+def check_rerank_backend(backend: str, quantization: str, device: str = "auto", precision: str = "auto") -> None:
+    """ConfigError for an unknown cross-encoder backend / quantization, or settings that do not go together."""
     if backend not in RERANK_BACKENDS:
         raise ConfigError(f"rerank.rerank_backend must be one of {list(RERANK_BACKENDS)}, got {backend!r}.")
     if quantization not in RERANK_QUANTIZATIONS:
@@ -326,9 +337,17 @@ def check_rerank_backend(backend: str, quantization: str, device: str = "auto") 
                           f"got {quantization!r}.")
     if backend == "torch" and quantization == "int8":
         raise ConfigError("rerank.rerank_quantization int8 needs rerank_backend onnx (or auto on the CPU).")
-    if backend == "onnx" and str(device).startswith("cuda"):
-        raise ConfigError("rerank.rerank_backend onnx runs on the CPU here; on a GPU use rerank_backend torch "
+    if backend == "openvino" and quantization == "int8":
+        raise ConfigError("rerank.rerank_quantization int8 needs rerank_backend onnx (ONNX Runtime's dynamic int8); "
+                          "openvino runs the fp32 export, in fp32 or bf16 (precision).")
+    if backend in ("onnx", "openvino") and str(device).startswith("cuda"):
+        raise ConfigError(f"rerank.rerank_backend {backend} runs on the CPU here; on a GPU use rerank_backend torch "
                           "(or auto).")
+    if backend == "onnx" and precision not in ("auto", "fp32"):
+        raise ConfigError(f"rerank precision {precision!r} does not apply to rerank_backend onnx, which computes "
+                          "fp32 (int8 with rerank_quantization); bf16 on the CPU: rerank_backend openvino or torch.")
+    if backend == "openvino" and precision == "fp16":
+        raise ConfigError("rerank precision fp16 does not apply to rerank_backend openvino: it computes fp32 or bf16.")
 
 
 # --- examples: LCE groups with first-stage hard negatives ---------------------------------------------------------

@@ -104,13 +104,13 @@ def test_build_strategy_shares_the_loaded_model(minilm, tmp_path, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    from pipelines.models.embeddings import default_cpu_backend
+    from pipelines.models.embeddings import cpu_computes_bf16
 
     strategy = build_strategy("dense", cache_dir=str(tmp_path), batch_size=16)
-    assert strategy.embedder.encoder is minilm     # the default encoder on the CPU (torch bf16 or OpenVINO fp32)
+    assert strategy.embedder.encoder is minilm     # the default encoder on the CPU (OpenVINO, bf16 or fp32)
     assert strategy.embedder.cache.path == tmp_path / "embeddings.sqlite3"
     assert strategy.embedder.batch_size == 16
-    variant = {"torch": "@bf16", "openvino": "@openvino"}[default_cpu_backend()]   # its own cache key
+    variant = "@openvino-bf16" if cpu_computes_bf16() else "@openvino"              # its own cache key
     assert strategy.embedder.model_name == f"sentence-transformers/all-MiniLM-L6-v2{variant}"
     torch_fp32 = build_strategy("dense", cache_dir=str(tmp_path), backend="torch", precision="fp32")
     assert torch_fp32.embedder.encoder is load_encoder(backend="torch")

@@ -76,24 +76,36 @@ def cpu_bf16(monkeypatch):
 def test_load_scorer_picks_onnx_on_the_cpu_and_torch_on_request(tiny, tmp_path, monkeypatch, cpu_bf16):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cpu_bf16(False)
-    assert isinstance(X.load_scorer(tiny, export_dir=tmp_path), X.RuntimeCrossEncoder)
+    default = X.load_scorer(tiny, export_dir=tmp_path)
+    assert isinstance(default, X.RuntimeCrossEncoder) and (default.backend, default.precision) == ("onnx", "fp32")
     torch_model = X.load_scorer(tiny, backend="torch", export_dir=tmp_path)
     assert isinstance(torch_model, X.CrossEncoder) and torch_model.inference_precision == "fp32"
+    emulated = X.load_scorer(tiny, precision="bf16", export_dir=tmp_path)      # bf16 asked of such a CPU: torch's
+    assert isinstance(emulated, X.CrossEncoder) and emulated.inference_precision == "bf16"
+    openvino = X.load_scorer(tiny, backend="openvino", export_dir=tmp_path)
+    assert (openvino.backend, openvino.precision) == ("openvino", "fp32")
+    assert np.abs(openvino.score(QUESTION, TEXTS) - default.score(QUESTION, TEXTS)).max() < 1e-4
+    with pytest.raises(ConfigError, match="this CPU does not compute bf16 natively"):
+        X.load_scorer(tiny, backend="openvino", precision="bf16", export_dir=tmp_path)
     with pytest.raises(ConfigError, match="device 'cuda' was asked but no CUDA GPU is visible"):
         X.load_scorer(tiny, device="cuda", export_dir=tmp_path)
 
 
-def test_on_a_cpu_with_native_bf16_the_scorer_is_torch_in_bf16_unless_fp32_or_int8_is_asked(tiny, tmp_path,
-                                                                                           monkeypatch, cpu_bf16):
+def test_on_a_cpu_with_native_bf16_the_scorer_is_openvino_in_bf16_unless_fp32_or_int8_is_asked(tiny, tmp_path,
+                                                                                              monkeypatch, cpu_bf16):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cpu_bf16(True)
-    model = X.load_scorer(tiny, export_dir=tmp_path)
-    assert isinstance(model, X.CrossEncoder) and model.inference_precision == "bf16"
+    model = X.load_scorer(tiny, export_dir=tmp_path)           # compiled for bf16 (fp32 where the CPU lacks it)
+    assert isinstance(model, X.RuntimeCrossEncoder) and (model.backend, model.precision) == ("openvino", "bf16")
     exact = X.load_scorer(tiny, export_dir=tmp_path, precision="fp32")
-    assert isinstance(exact, X.RuntimeCrossEncoder)                   # fp32 asked: the ONNX Runtime export
-    assert isinstance(X.load_scorer(tiny, quantization="int8", export_dir=tmp_path), X.RuntimeCrossEncoder)
+    assert (exact.backend, exact.precision) == ("onnx", "fp32")        # fp32 asked: the ONNX Runtime export
+    int8 = X.load_scorer(tiny, quantization="int8", export_dir=tmp_path)
+    assert int8.backend == "onnx" and int8.meta["quantization"].startswith("int8_")    # int8: ONNX Runtime's
+    autocast = X.load_scorer(tiny, backend="torch", export_dir=tmp_path, precision="bf16")
+    assert isinstance(autocast, X.CrossEncoder) and autocast.inference_precision == "bf16"
     reference = exact.score(QUESTION, TEXTS)
-    assert np.abs(model.score(QUESTION, TEXTS) - reference).max() < 0.05 * (reference.max() - reference.min())
+    for bf16 in (model, autocast):
+        assert np.abs(bf16.score(QUESTION, TEXTS) - reference).max() < 0.05 * (reference.max() - reference.min())
 
 
 @pytest.mark.parametrize("settings, match", [
@@ -101,6 +113,10 @@ def test_on_a_cpu_with_native_bf16_the_scorer_is_torch_in_bf16_unless_fp32_or_in
     ({"rerank_quantization": "int4"}, "rerank.rerank_quantization must be one of"),
     ({"rerank_backend": "torch", "rerank_quantization": "int8"}, "needs rerank_backend onnx"),
     ({"rerank_backend": "onnx", "device": "cuda"}, "runs on the CPU here"),
+    ({"rerank_backend": "openvino", "device": "cuda"}, "runs on the CPU here"),
+    ({"rerank_backend": "openvino", "rerank_quantization": "int8"}, "needs rerank_backend onnx"),
+    ({"rerank_backend": "onnx", "precision": "bf16"}, "does not apply to rerank_backend onnx"),
+    ({"rerank_backend": "openvino", "precision": "fp16"}, "does not apply to rerank_backend openvino"),
 ])
 def test_rerank_backend_settings_are_checked(settings, match):
     with pytest.raises(ConfigError, match=match):

@@ -3,6 +3,8 @@ length-sorted pass over the missing texts, the device setting (never a silent fa
 
 from __future__ import annotations
 
+import contextlib
+
 import multiprocessing
 import sys
 import time
@@ -51,6 +53,7 @@ class Recorder:
     ("onnx", "int8_avx2", "fp32", "m@onnx-int8_avx2"),
     ("onnx", "int8_avx512_vnni", "fp32", "m@onnx-int8_avx512_vnni"),
     ("openvino", "none", "fp32", "m@openvino"),
+    ("openvino", "none", "bf16", "m@openvino-bf16"),
     ("openvino", "int8", "fp32", "m@openvino-int8"),
     ("openvino", "int8_weights", "fp32", "m@openvino-int8_weights"),
 ])
@@ -119,19 +122,23 @@ def test_auto_device_is_the_cpu_without_a_gpu_and_cuda_asked_for_is_an_error(no_
             E.resolve_device(asked)
     with pytest.raises(ConfigError, match="device must be one of"):
         E.resolve_device("gpu")
-    assert E.resolve_backend("auto", "cpu") == E.default_cpu_backend()
-    assert E.resolve_backend("auto", "cpu", precision="bf16") == "torch"    # an explicit bf16 is torch's
+    assert E.resolve_backend("auto", "cpu") == E.default_cpu_backend() == "openvino"
+    assert E.resolve_backend("auto", "cpu", precision="bf16") == "openvino"    # OpenVINO computes bf16 too
+    assert E.resolve_backend("auto", "cpu", precision="fp16") == "torch"       # fp16 only torch does
 
 
-def test_on_the_cpu_auto_is_torch_bf16_where_the_cpu_computes_it_else_openvino_fp32(monkeypatch):
-    assert E.default_cpu_backend(native_bf16=False) == "openvino"     # AVX2 cores: 91-97 texts/s against torch's 64
-    assert E.default_cpu_backend(native_bf16=True) == "torch"         # AVX512-BF16: 318-333 against OpenVINO's 260
+def test_on_the_cpu_auto_is_openvino_in_bf16_where_the_cpu_computes_it_else_in_fp32(monkeypatch):
     import torch
 
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
-    assert E.resolve_backend("auto", "cpu") == "openvino" and E.resolve_precision("auto", "cpu") == "fp32"
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    assert E.resolve_backend("auto", "cpu") == "torch" and E.resolve_precision("auto", "cpu") == "bf16"
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)     # AVX2 cores
+    assert E.resolve_runtime_precision("auto", "openvino") == "fp32" and E.resolve_precision("auto", "cpu") == "fp32"
+    with pytest.raises(ConfigError, match="this CPU does not compute bf16 natively"):
+        E.resolve_runtime_precision("bf16", "openvino")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)      # AVX512-BF16 or AMX
+    assert E.resolve_runtime_precision("auto", "openvino") == E.resolve_runtime_precision("bf16", "openvino") == "bf16"
+    assert E.resolve_runtime_precision("auto", "openvino", "int8") == "fp32"    # bf16 is for fp32 weights only
+    assert E.resolve_runtime_precision("fp32", "openvino") == E.resolve_runtime_precision("auto", "onnx") == "fp32"
+    assert E.resolve_precision("auto", "cpu") == "bf16"                         # torch's autocast, when asked
     assert E.cache_key("m", "torch", "none", "bf16") == "m@bf16"      # never mixed with fp32 vectors
 
 
@@ -169,6 +176,13 @@ def test_an_embedder_reads_the_backend_off_its_encoder():
     assert E.Embedder(Runtime(), "m").model_name == "m@onnx-int8_avx2"
     assert E.Embedder(Recorder(), "m").model_name == "m"                      # a plain encoder: torch fp32
 
+    class OpenVINOBf16(Recorder):
+        backend, quantization, precision = "openvino", "none", "bf16"
+
+    embedder = E.Embedder(OpenVINOBf16(), "m", precision="auto")
+    assert embedder.model_name == "m@openvino-bf16" and embedder.precision == "bf16"   # the encoder's arithmetic
+    assert isinstance(embedder._autocast(), contextlib.nullcontext)                    # no torch autocast around it
+
 
 @pytest.mark.parametrize("settings, match", [
     ({"backend": "tensorrt"}, "dense.backend must be one of"),
@@ -176,7 +190,9 @@ def test_an_embedder_reads_the_backend_off_its_encoder():
     ({"backend": "openvino", "quantization": "int8_avx2"}, "does not apply to the openvino backend"),
     ({"backend": "onnx", "quantization": "int8_weights"}, "does not apply to the onnx backend"),
     ({"backend": "torch", "quantization": "int8"}, "needs backend onnx or openvino"),
-    ({"backend": "onnx", "precision": "bf16"}, "precision 'bf16' applies to the torch backend"),
+    ({"backend": "onnx", "precision": "bf16"}, "precision 'bf16' applies to the torch and openvino backends"),
+    ({"backend": "openvino", "precision": "fp16"}, "does not apply to the openvino backend: it computes in fp32"),
+    ({"backend": "openvino", "quantization": "int8", "precision": "bf16"}, "applies to the openvino backend's fp32"),
     ({"backend": "onnx", "device": "cuda"}, "runs on the CPU here"),
     ({"device": "gpu"}, "dense.device must be one of"),
     ({"batch_size": 0}, "positive integer or null"),
@@ -266,7 +282,8 @@ def exported(tmp_path_factory):
 @pytest.mark.slow   # the session's two exports: about 30 s on 2 idle cores
 def test_the_onnx_exports_agree_with_torch_and_are_reused(exported, monkeypatch):
     root, folders = exported
-    reference = E.load_encoder().encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)        # (N, D)
+    reference = E.load_encoder(backend="torch").encode(TEXTS, normalize_embeddings=True,
+                                                       convert_to_numpy=True)                           # (N, D)
     fp32 = E.RuntimeEncoder(folders["none"]).encode(TEXTS, batch_size=2)        # several padded batches
     int8 = E.RuntimeEncoder(folders["int8"]).encode(TEXTS, batch_size=4)
     assert np.abs(fp32 - reference).max() < 1e-4                               # the same function, traced
@@ -290,9 +307,14 @@ def test_the_dense_strategy_on_the_onnx_backend_ranks_the_paraphrase_first(expor
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("quantization, floor", [("none", 0.9999), ("int8_weights", 0.998)])
-def test_the_openvino_exports_agree_with_torch(tmp_path, quantization, floor):
-    # openvino is a dependency and nncf (int8_weights) the openvino-int8 extra, both installed by `make setup`
-    encoder = E.load_encoder(backend="openvino", quantization=quantization, export_dir=str(tmp_path))
-    reference = E.load_encoder().encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+@pytest.mark.parametrize("quantization, precision, floor", [("none", "fp32", 0.9999), ("int8_weights", "fp32", 0.998),
+                                                          ("none", "bf16", 0.999)])
+def test_the_openvino_exports_agree_with_torch(tmp_path, quantization, precision, floor):
+    # openvino is a dependency and nncf (int8_weights) the openvino-int8 extra, both installed by `make setup`.
+    # bf16 is compiled as asked whatever this CPU computes (a CPU without bf16 runs it in fp32).
+    folder = E.load_encoder(backend="openvino", quantization=quantization, precision="fp32",
+                            export_dir=str(tmp_path)).folder
+    encoder = E.RuntimeEncoder(folder, precision)
+    assert encoder.precision == precision
+    reference = E.load_encoder(backend="torch").encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
     assert (encoder.encode(TEXTS, batch_size=3) * reference).sum(1).min() > floor
