@@ -32,6 +32,7 @@ import json
 import os
 import random
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -298,6 +299,14 @@ class RuntimeCrossEncoder:
                            RUNTIME_BATCH_OVERHEAD)
 
 
+@lru_cache(maxsize=8)
+def _runtime_scorer(folder: str, backend: str, precision: str) -> RuntimeCrossEncoder:
+    """One :class:`RuntimeCrossEncoder` per export, backend and precision in a process: a strategy is built anew for
+    every episode (a LongMemEval question is one), and compiling the graph again each time (OpenVINO: about 0.25 s
+    on 2 cores) cost more than scoring the question's 30 pairs. Scoring keeps no state, so sharing it is safe."""
+    return RuntimeCrossEncoder(folder, backend, precision)
+
+
 def load_scorer(directory: str | os.PathLike, backend: str = "auto", quantization: str = "auto",
                 device: str = "auto", export_dir: str | os.PathLike | None = None, precision: str = "auto"):
     """The saved re-ranker of ``directory`` ready to score: ``openvino`` (the default on a CPU that computes bf16
@@ -322,9 +331,21 @@ def load_scorer(directory: str | os.PathLike, backend: str = "auto", quantizatio
     if backend in ("onnx", "openvino"):
         # auto = fp32: int8 moved the scores by up to 0.18 (std 0.40) and cost LoCoMo re-ranking recall@1 0.18 -> 0.15
         folder = export_cross_encoder(directory, "none" if quantization == "auto" else quantization, export_dir)
-        return RuntimeCrossEncoder(folder, backend, resolve_runtime_precision(precision, backend))
+        return _runtime_scorer(str(folder), backend, resolve_runtime_precision(precision, backend))
+    from pipelines.models.embeddings import source_digest
+
+    saved = Path(directory)
+    weights = [f for f in (*(saved / "model").rglob("*"), saved / HEAD_FILE, saved / CONFIG_FILE) if f.is_file()]
+    arithmetic = "fp32" if precision == "auto" else resolve_precision(precision, device)
+    return _torch_scorer(str(saved.resolve()), device, arithmetic, source_digest(saved, weights))
+
+
+@lru_cache(maxsize=4)
+def _torch_scorer(directory: str, device: str, precision: str, digest: str) -> CrossEncoder:
+    """The saved re-ranker on ``device``, once per process for unchanged weights (``digest``), as
+    :func:`_runtime_scorer`: loading it again for every episode cost about 0.14 s a LongMemEval question."""
     model = CrossEncoder.load(directory).to(device).eval()
-    model.inference_precision = "fp32" if precision == "auto" else resolve_precision(precision, device)
+    model.inference_precision = precision
     return model
 
 

@@ -3,6 +3,7 @@ export the ``rerank`` strategy runs on the CPU, its backend and device settings.
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import numpy as np
@@ -106,6 +107,25 @@ def test_on_a_cpu_with_native_bf16_the_scorer_is_openvino_in_bf16_unless_fp32_or
     reference = exact.score(QUESTION, TEXTS)
     for bf16 in (model, autocast):
         assert np.abs(bf16.score(QUESTION, TEXTS) - reference).max() < 0.05 * (reference.max() - reference.min())
+
+
+def test_a_scorer_is_loaded_once_per_process_and_again_when_its_weights_change(tiny, tmp_path, monkeypatch):
+    """A strategy is built anew for each episode (a LongMemEval question): its scorer must not be loaded, hashed or
+    compiled again each time."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for backend in ("onnx", "torch"):
+        first = X.load_scorer(tiny, backend=backend, export_dir=tmp_path)
+        assert X.load_scorer(tiny, backend=backend, export_dir=tmp_path) is first
+    saved = tmp_path / "saved"
+    shutil.copytree(tiny, saved)
+    torch_model = X.load_scorer(saved, backend="torch", export_dir=tmp_path)
+    assert X.load_scorer(saved, backend="torch", export_dir=tmp_path) is torch_model
+    retrained = X.CrossEncoder.load(saved)
+    with torch.no_grad():
+        retrained.head.bias += 1.0
+    retrained.save(saved)                                                    # the reranker stage ran again
+    again = X.load_scorer(saved, backend="torch", export_dir=tmp_path)
+    assert again is not torch_model and float(again.head.bias) == pytest.approx(float(torch_model.head.bias) + 1)
 
 
 @pytest.mark.parametrize("settings, match", [

@@ -87,3 +87,20 @@ def test_bf16_precision_is_cached_apart_and_close_to_fp32(tmp_path):
     assert resolve_precision("auto") in ("fp32", "bf16")
     with pytest.raises(ConfigError, match="precision"):
         resolve_precision("int4")
+
+
+def test_a_source_digest_is_computed_once_per_unchanged_folder(tmp_path, monkeypatch):
+    import os
+
+    from pipelines.models import embeddings as E
+
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "config.json").write_text("{}")
+    first = E.source_digest(tmp_path)
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: reads.append(f) or real_open(f, *a, **k))
+    assert E.source_digest(tmp_path) == first and reads == []           # the same files: nothing read again
+    (tmp_path / "model.safetensors").write_bytes(b"other weights")     # new contents (size and mtime move)
+    os.utime(tmp_path / "model.safetensors", ns=(1, 1))
+    assert E.source_digest(tmp_path) != first and reads                  # read and hashed anew
