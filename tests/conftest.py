@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +19,11 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Exports of encoders and re-rankers that the tests (and the commands they start) make go to the project's own
+# cache, not the user's ~/.cache/mnemos/encoders; those of models that lived in temporary folders (the tests' random
+# re-rankers, one new folder of 4-90 MB a run) are removed at the end of the session (pytest_sessionfinish below).
+TEST_ENCODERS = Path(__file__).resolve().parents[1] / ".cache" / "test-encoders"
+os.environ.setdefault("MNEMOS_ENCODER_DIR", str(TEST_ENCODERS))
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs one worker per core (pytest-xdist): one compute thread each, never oversubscribed.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -48,6 +57,21 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return LongFirst(config, log)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the test encoder cache's exports of models from temporary folders (never reused: each test run trains
+    new ones); the shipped MiniLM's stay for the next run. Only in the controller, after every worker ended."""
+    if hasattr(session.config, "workerinput") or not TEST_ENCODERS.is_dir():
+        return
+    temp = Path(tempfile.gettempdir()).resolve()
+    for meta in TEST_ENCODERS.glob("*/encoder.json"):
+        try:
+            source = Path(json.loads(meta.read_text())["source"]).resolve()
+        except (OSError, ValueError, KeyError):
+            continue
+        if source.is_relative_to(temp):
+            shutil.rmtree(meta.parent, ignore_errors=True)
 
 
 @pytest.fixture
