@@ -50,8 +50,7 @@ class RankersConfig(StrategyConfig):
     cache_dir: str | None = DEFAULT_CACHE_DIR
     batch_size: int | None = None    # texts per encoder pass; None: 32 on the CPU, 256 on a GPU
     device: str = "auto"             # auto | cpu | cuda | cuda:N
-    backend: str = "auto"            # auto (torch on a GPU or a CPU with native bf16, else openvino)
-                                     # | torch | onnx | openvino
+    backend: str = "auto"            # auto (torch on a GPU, else openvino) | torch | onnx | openvino
     quantization: str = "auto"       # auto = none (fp32) | none | int8 | int8_<preset> | int8_weights (DenseConfig)
     export_dir: str | None = None    # exported onnx/openvino encoders; None: ~/.cache/mnemos/encoders
     precision: str = "auto"

@@ -19,8 +19,8 @@ that is fastest on the hardware.
 
   Defaults (``backend: auto``, ``quantization: auto``, ``precision: auto``, ``device: auto``): torch with bf16/fp16
   autocast on a GPU; on the CPU the fastest variant measured whose rankings stay those of torch fp32
-  (:func:`default_cpu_backend`): OpenVINO, in bf16 on a CPU that computes bf16 natively (AVX512-BF16 or AMX: 3.4x
-  torch fp32, 1.3x torch bf16 autocast and 1.6x OpenVINO fp32 on 2 cores of an AVX-512 EPYC), else in fp32
+  (:data:`DEFAULT_CPU_BACKEND`): OpenVINO, in bf16 on a CPU that computes bf16 natively (AVX512-BF16 or AMX: 3.5x
+  torch fp32, 1.4x torch bf16 autocast and 1.7x OpenVINO fp32 on 2 cores of an AVX-512 EPYC), else in fp32
   (1.2-1.6x torch fp32 on 2 AVX2 cores, cosines 1.0000). The int8 variants are faster still (OpenVINO int8 2.4x
   OpenVINO fp32 with VNNI) but moved session recall@5 / nDCG@10 of some strategies by more than 0.005 on the
   LongMemEval sample and LoCoMo (issue #29's band), so they are opt-in.
@@ -76,6 +76,12 @@ META_FILE = "encoder.json"
 EXPORT_FORMAT = 1               # bump when the export recipe changes: older exports are then made anew
 
 BACKENDS = ("auto", "torch", "onnx", "openvino")
+# The CPU's default: the fastest backend measured whose vectors keep torch fp32's rankings, each alone in its process
+# on the dense strategy's path (length-sorted batches of 32 real LongMemEval user turns, 2 cores). Its ``precision:
+# auto`` (resolve_runtime_precision) is bf16 where the CPU computes bf16 natively (AVX512-BF16 or AMX: 441 texts/s
+# against torch bf16 autocast's 318, OpenVINO fp32's 256 and torch fp32's 126 on an AVX-512 EPYC), fp32 elsewhere
+# (91-97 texts/s against torch fp32's 64 on 2 AVX2 cores).
+DEFAULT_CPU_BACKEND = "openvino"
 INT8_PRESETS = ("avx2", "avx512", "avx512_vnni", "arm64")
 QUANTIZATIONS = {               # backend -> its quantization names ("auto": the backend's default below)
     "torch": ("none",),
@@ -190,10 +196,10 @@ def check_backend(backend: str, quantization: str, precision: str = "auto", devi
 
 def resolve_backend(backend: str, device: str, precision: str = "auto") -> str:
     """The backend to run: ``auto`` is torch on a GPU or for an explicit fp16 ``precision``, else
-    :func:`default_cpu_backend`."""
+    :data:`DEFAULT_CPU_BACKEND`."""
     if backend == "auto":
         torch_wanted = str(device).startswith("cuda") or precision == "fp16"
-        return "torch" if torch_wanted else default_cpu_backend()
+        return "torch" if torch_wanted else DEFAULT_CPU_BACKEND
     return backend
 
 
@@ -204,15 +210,6 @@ def cpu_flags() -> set[str]:
             if line.startswith("flags"):
                 return set(line.partition(":")[2].split())
     return set()
-
-
-def default_cpu_backend() -> str:
-    """The fastest backend measured on the CPU whose vectors keep torch fp32's rankings, each backend in its own
-    process on the dense strategy's path (length-sorted batches of 32 real LongMemEval user turns, 2 cores):
-    OpenVINO, whose ``precision: auto`` (:func:`resolve_runtime_precision`) is bf16 where the CPU computes bf16
-    natively (AVX512-BF16 or AMX: 424 texts/s against torch bf16 autocast's 318-333, OpenVINO fp32's 260 and torch
-    fp32's 126 on an AVX-512 EPYC) and fp32 elsewhere (91-97 texts/s against torch fp32's 64 on 2 AVX2 cores)."""
-    return "openvino"
 
 
 def cpu_computes_bf16() -> bool:
@@ -319,7 +316,7 @@ def load_encoder(model_path: str | os.PathLike | None = None, device: str = "cpu
     (its precision is the :class:`Embedder`'s autocast); ``onnx`` / ``openvino`` a :class:`RuntimeEncoder` over the
     export of the model in ``export_dir`` (made on first use), computing in :func:`resolve_runtime_precision`'s
     arithmetic. ``device``, ``backend``, ``quantization`` and ``precision`` take the same values as the dense
-    settings; the defaults give the dense strategy's default encoder (on the CPU: :func:`default_cpu_backend`). An
+    settings; the defaults give the dense strategy's default encoder (on the CPU: :data:`DEFAULT_CPU_BACKEND`). An
     :class:`Embedder` reads the backend, quantization and precision off the encoder for its cache key.
     """
     path = Path(model_path) if model_path else default_model_path()

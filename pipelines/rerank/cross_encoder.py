@@ -223,6 +223,21 @@ def score_pairs(tokenizer, max_length: int, forward, question: str, texts: Seque
     return out
 
 
+def saved_digest(directory: Path) -> str:
+    """sha256 of a saved re-ranker as a model: its weights and settings, not where it was first saved nor what it
+    trained on (:func:`pipelines.models.embeddings.source_digest`, computed once per process for unchanged files).
+    It names the re-ranker's exports and keys the torch scorer :func:`load_scorer` keeps."""
+    from pipelines.models.embeddings import source_digest
+
+    if not (directory / CONFIG_FILE).exists():
+        raise ConfigError(f"{directory} is not a saved re-ranker (no {CONFIG_FILE}): run the reranker stage.")
+    settings = {k: v for k, v in json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8")).items()
+                if k != "model"}
+    weights = [f for f in (*(directory / "model").rglob("*"), directory / HEAD_FILE) if f.is_file()]
+    described = source_digest(directory, weights) + json.dumps(settings, sort_keys=True)
+    return hashlib.sha256(described.encode()).hexdigest()
+
+
 def export_cross_encoder(directory: str | os.PathLike, quantization: str = "int8",
                          export_dir: str | os.PathLike | None = None) -> Path:
     """The saved re-ranker in ``directory`` exported to ONNX (encoder + head in one graph, fused by ONNX Runtime's
@@ -231,14 +246,9 @@ def export_cross_encoder(directory: str | os.PathLike, quantization: str = "int8
     from pipelines.models import embeddings as E
 
     d = Path(directory)
-    if not (d / CONFIG_FILE).exists():
-        raise ConfigError(f"{d} is not a saved re-ranker (no {CONFIG_FILE}): run the reranker stage.")
+    digest = saved_digest(d)            # a ConfigError when d holds no saved re-ranker
     E.require("onnx")
     concrete = E.resolve_quantization(quantization, "onnx")
-    # the weights and the settings, not where the model was first saved nor what it trained on: the same model
-    settings = {k: v for k, v in json.loads((d / CONFIG_FILE).read_text(encoding="utf-8")).items() if k != "model"}
-    weights = [f for f in (*(d / "model").rglob("*"), d / HEAD_FILE) if f.is_file()]
-    digest = hashlib.sha256((E.source_digest(d, weights) + json.dumps(settings, sort_keys=True)).encode()).hexdigest()
 
     def make(out: Path) -> None:
         model = CrossEncoder.load(d).eval()
@@ -332,12 +342,9 @@ def load_scorer(directory: str | os.PathLike, backend: str = "auto", quantizatio
         # auto = fp32: int8 moved the scores by up to 0.18 (std 0.40) and cost LoCoMo re-ranking recall@1 0.18 -> 0.15
         folder = export_cross_encoder(directory, "none" if quantization == "auto" else quantization, export_dir)
         return _runtime_scorer(str(folder), backend, resolve_runtime_precision(precision, backend))
-    from pipelines.models.embeddings import source_digest
-
     saved = Path(directory)
-    weights = [f for f in (*(saved / "model").rglob("*"), saved / HEAD_FILE, saved / CONFIG_FILE) if f.is_file()]
     arithmetic = "fp32" if precision == "auto" else resolve_precision(precision, device)
-    return _torch_scorer(str(saved.resolve()), device, arithmetic, source_digest(saved, weights))
+    return _torch_scorer(str(saved.resolve()), device, arithmetic, saved_digest(saved))
 
 
 @lru_cache(maxsize=4)

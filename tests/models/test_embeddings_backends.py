@@ -122,7 +122,7 @@ def test_auto_device_is_the_cpu_without_a_gpu_and_cuda_asked_for_is_an_error(no_
             E.resolve_device(asked)
     with pytest.raises(ConfigError, match="device must be one of"):
         E.resolve_device("gpu")
-    assert E.resolve_backend("auto", "cpu") == E.default_cpu_backend() == "openvino"
+    assert E.resolve_backend("auto", "cpu") == E.DEFAULT_CPU_BACKEND == "openvino"
     assert E.resolve_backend("auto", "cpu", precision="bf16") == "openvino"    # OpenVINO computes bf16 too
     assert E.resolve_backend("auto", "cpu", precision="fp16") == "torch"       # fp16 only torch does
 
