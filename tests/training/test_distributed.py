@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 from pathlib import Path
 
@@ -12,33 +10,19 @@ import pytest
 
 from pipelines.training.engine import TrainConfig, train
 from pipelines.training.launch import launch_command
+from tests.training._launch import free_port, launch_env, run_launch
 from tests.training.tiny_task import TinyLMTask
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("tiny_task.py")
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
-def _run(cmd: list[str], timeout: int) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                           "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr[-4000:]}"
-    return done
-
-
 def test_two_cpu_processes_end_with_identical_weights(tmp_path):
     out = tmp_path / "ddp"
     cmd = launch_command("tiny", launcher="accelerate", accelerate_config="cpu_2proc",
-                         extra_args=["--main_process_port", _free_port()],
+                         extra_args=["--main_process_port", free_port()],
                          entry=[str(SCRIPT), "--out", str(out), "--max-steps", "8", "--eval-every", "4"])
-    _run(cmd, timeout=300)
+    run_launch(cmd, timeout=300)
     hashes = {p.name: p.read_text() for p in out.glob("params-rank*.sha256")}
     assert sorted(hashes) == ["params-rank0.sha256", "params-rank1.sha256"]
     assert hashes["params-rank0.sha256"] == hashes["params-rank1.sha256"]
@@ -57,10 +41,10 @@ def test_compiled_ddp_with_accumulation_matches_the_eager_run(tmp_path):
     for name, extra in (("eager", []), ("compiled", ["--compile-backend", "aot_eager"])):
         out = tmp_path / name
         cmd = launch_command("tiny", launcher="accelerate", accelerate_config="cpu_2proc",
-                             extra_args=["--main_process_port", _free_port()],
+                             extra_args=["--main_process_port", free_port()],
                              entry=[str(SCRIPT), "--out", str(out), "--max-steps", "6", "--eval-every", "3",
                                     "--grad-accum", "2", *extra])
-        _run(cmd, timeout=300)
+        run_launch(cmd, timeout=300)
         hashes[name] = {p.name: p.read_text() for p in out.glob("params-rank*.sha256")}
     assert len(set(hashes["compiled"].values())) == 1 and hashes["compiled"] == hashes["eager"]
     card = (tmp_path / "compiled" / "final" / "MODEL_CARD.md").read_text()
@@ -73,7 +57,7 @@ def test_deepspeed_zero2_on_cpu_matches_the_plain_engine(tmp_path, one_thread):
     cmd = launch_command("tiny", launcher="python",
                          entry=[str(SCRIPT), "--out", str(ds_out), "--max-steps", "6", "--eval-every", "3",
                                 "--deepspeed", str(ROOT / "deploy" / "deepspeed" / "zero2.json")])
-    _run(cmd, timeout=600)
+    run_launch(cmd, timeout=600)
     ds = json.loads((ds_out / "summary.json").read_text())
     plain = train(TinyLMTask(), TrainConfig(output_dir=str(tmp_path / "plain"), lr=3e-3, warmup_steps=3,
                                             max_steps=6, batch_size=4, save_every=2, eval_every=3,
@@ -103,13 +87,12 @@ def test_a_launched_stage_locks_on_rank_0_only_and_waits_for_the_running_one(tmp
     running.parent.mkdir(parents=True)
     running.write_text("whole")
     cmd = launch_command("tiny", launcher="accelerate", accelerate_config="cpu_2proc",
-                         extra_args=["--main_process_port", _free_port()],
+                         extra_args=["--main_process_port", free_port()],
                          entry=[str(ROOT / "tests" / "training" / "launched_stage.py"), str(root)])
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                           "MASTER_PORT", "MNEMOS_LOCK_TIMEOUT")}
+    env = launch_env(drop=("MNEMOS_LOCK_TIMEOUT",))
     log = tmp_path / "launch.log"
     with stage_lock(root, STAGE, [STAGE]), open(log, "w") as out:  # an execution of the stage is running
-        launch = subprocess.Popen(cmd, cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"}, stdout=out,
+        launch = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out,
                                   stderr=subprocess.STDOUT)
         deadline = time.time() + 300
         while "stage tiny_train waits: its lock" not in log.read_text():

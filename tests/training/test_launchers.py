@@ -12,31 +12,23 @@ launcher with the same weights.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from pipelines.training.launch import launch_command
+from tests.training._launch import free_port, launch_env
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "tests.training.tiny_task"
 TASK_ARGS = ["--max-steps", "8", "--eval-every", "4"]
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def _commands(name: str, out: Path) -> list[list[str]]:
     """The launcher command(s) of launch ``name`` writing to ``out``: one per machine (two for the multi-node
     forms, machine/node rank 0 and 1, started together)."""
-    port, task = _free_port(), ["-m", MODULE, "--out", str(out), *TASK_ARGS]
+    port, task = free_port(), ["-m", MODULE, "--out", str(out), *TASK_ARGS]
     if name == "torchrun":
         return [launch_command("tiny", "torchrun", num_processes=2, extra_args=["--master_port", port], entry=task)]
     if name == "deepspeed":
@@ -61,8 +53,7 @@ LAUNCHES = ("torchrun", "deepspeed", "accelerate-2-nodes", "torchrun-2-nodes")
 
 def _launch(name: str, out: Path, timeout: int = 240) -> None:
     """Run the command(s) of launch ``name`` side by side, one compute thread per process; fail with their logs."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env["OMP_NUM_THREADS"] = "1"
+    env = launch_env()
     out.mkdir(parents=True)
     procs = []
     for i, cmd in enumerate(_commands(name, out)):

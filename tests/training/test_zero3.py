@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -30,24 +29,13 @@ from pipelines.errors import ConfigError
 from pipelines.training import engine
 from pipelines.training.config import ZERO3_WITH_QUANTIZED, TrainConfig
 from pipelines.training.launch import DEPLOY_DIR, launch_command
+from tests.training._launch import free_port, launch_env, run_launch
 from tests.training.tiny_task import TinyLMTask, params_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("tiny_task.py")
 ZERO3_JSON = DEPLOY_DIR / "deepspeed" / "zero3.json"
 STEPS = 6
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and not k.startswith("ACCELERATE_")}
-    return {**env, "OMP_NUM_THREADS": "1"}
 
 
 def _task_args(out: Path, pretrained: Path, *extra: str) -> list[str]:
@@ -57,18 +45,12 @@ def _task_args(out: Path, pretrained: Path, *extra: str) -> list[str]:
 
 def _accelerate_zero3(out: Path, pretrained: Path) -> list[str]:
     return launch_command("tiny", "accelerate", "deepspeed_zero3", num_processes=2,
-                          extra_args=["--main_process_port", _free_port()], entry=_task_args(out, pretrained))
+                          extra_args=["--main_process_port", free_port()], entry=_task_args(out, pretrained))
 
 
 def _torchrun_zero3(out: Path, pretrained: Path, *extra: str) -> list[str]:
-    return launch_command("tiny", "torchrun", num_processes=2, extra_args=["--master_port", _free_port()],
+    return launch_command("tiny", "torchrun", num_processes=2, extra_args=["--master_port", free_port()],
                           entry=_task_args(out, pretrained, "--deepspeed", str(ZERO3_JSON), *extra))
-
-
-def _run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr[-4000:]}"
-    return done
 
 
 def _kill_tree(pid: int) -> None:
@@ -107,7 +89,7 @@ def pretrained(tmp_path_factory) -> Path:
 def zero3_run(tmp_path_factory, pretrained) -> Path:
     """One uninterrupted 2-process ZeRO-3 run through deploy/accelerate/deepspeed_zero3.yaml (about 20 s)."""
     out = tmp_path_factory.mktemp("zero3") / "run"
-    _run(_accelerate_zero3(out, pretrained))
+    run_launch(_accelerate_zero3(out, pretrained))
     return out
 
 
@@ -161,8 +143,8 @@ def test_zero3_trains_as_the_plain_engine_and_consolidates_one_plain_folder(zero
 def test_a_zero3_run_killed_by_sigkill_resumes_from_its_shards(zero3_run, pretrained, tmp_path):
     out = tmp_path / "killed"
     log = open(tmp_path / "killed.log", "w")
-    launch = subprocess.Popen(_torchrun_zero3(out, pretrained, "--sleep", "0.5"), cwd=ROOT, env=_env(), stdout=log,
-                              stderr=subprocess.STDOUT)
+    launch = subprocess.Popen(_torchrun_zero3(out, pretrained, "--sleep", "0.5"), cwd=ROOT, env=launch_env(),
+                              stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 240
     try:
         while not (out / "checkpoints" / "step-2" / "trainer_state.json").is_file():
@@ -178,10 +160,10 @@ def test_a_zero3_run_killed_by_sigkill_resumes_from_its_shards(zero3_run, pretra
     # its shards are 2 processes' partitions: one process may not load them
     single = subprocess.run(launch_command("tiny", "python", entry=_task_args(out, pretrained, "--deepspeed",
                                                                               str(ZERO3_JSON))),
-                            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+                            cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=300)
     assert single.returncode != 0 and "ZeRO-3 partitions of 2 processes but this run has 1" in single.stderr
 
-    _run(_torchrun_zero3(out, pretrained))
+    run_launch(_torchrun_zero3(out, pretrained))
     resumed = json.loads((out / "summary.json").read_text())
     uninterrupted = json.loads((zero3_run / "summary.json").read_text())
     assert 2 <= resumed["resumed_from_step"] < STEPS
