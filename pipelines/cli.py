@@ -18,6 +18,10 @@
                              only shard I of N (the episodes at positions p with p mod N == I)
   merge ... --shards N       (= benchmark ... --shards N) join the N shards under DIR into the report
   suites                     the shipped benchmark suites, one per line
+  serve-llm [--model M] [--dtype D] [--batch-size B] [--port P]
+                             a local model behind an OpenAI-compatible server that batches the requests in
+                             flight (pipelines/llm/batch_server.py): shards of a benchmark whose memory products
+                             ask one request at a time share one model, answered in batches
 
 An error a user can cause ends as ``error: <what is wrong>`` and ``hint: <what to do>`` on stderr, with an exit code
 per kind of error (pipelines.errors.EXIT_CODES, listed by ``--help``); ``-v`` prints its traceback too.
@@ -181,6 +185,30 @@ def cmd_benchmark(args) -> int:
     return 0
 
 
+def cmd_serve_llm(args) -> int:
+    from pipelines.config import ROOT
+    from pipelines.llm.batch_server import BatchingServer, served_name
+    from pipelines.llm.config import LLMConfig, models_dir
+    from pipelines.llm.local import LocalLLM
+
+    config = LLMConfig(backend="local", model=args.model, gguf_file=args.gguf_file, dtype=args.dtype,
+                       device=args.device, batch_size=args.batch_size, adapter=args.adapter,
+                       prompt_format=args.prompt_format, cache=False)
+    llm = LocalLLM(config, models_dir(args.llm_cache_dir or ROOT / ".cache" / "llm"))
+    llm.loaded_model()                                  # converted and loaded before the first request
+    name = args.name or served_name(args.model, llm.dtype)
+    server = BatchingServer(llm, name, host=args.host, port=args.port, batch_size=args.batch_size,
+                            gather_s=args.gather_ms / 1000)
+    logging.getLogger("mnemos").info(
+        "serving %s (%s, %s, batches of up to %d) at %s; a strategy's or reader's llm: {backend: openai, base_url: "
+        "%s, model: %s}", name, llm.dtype, llm.device, args.batch_size, server.base_url, server.base_url, name)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_merge(args) -> int:
     if args.shards is None:
         raise ConfigError("merge needs --shards N, the number of shards the suite was split into.")
@@ -309,6 +337,25 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(the same arguments as the shards' `benchmark` command, without --shard)")
     _benchmark_arguments(merge)
     merge.set_defaults(func=cmd_merge, shard=None)
+
+    serve = sub.add_parser("serve-llm", help="a local model behind an OpenAI-compatible server that batches the "
+                                             "requests in flight (for parallel benchmark shards)")
+    serve.add_argument("--model", default="smollm2-135m-instruct",
+                       help="as llm.*.model of the local backend: the shipped default, a folder or a .gguf file")
+    serve.add_argument("--gguf-file", help="the .gguf file inside the --model folder")
+    serve.add_argument("--adapter", help="a peft LoRA adapter folder merged over the model")
+    serve.add_argument("--dtype", default="auto", help="auto (float32 on the CPU) | float32 | bfloat16 | float16")
+    serve.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    serve.add_argument("--prompt-format", default="auto", help="auto | chat | plain | raw (as llm.*.prompt_format)")
+    serve.add_argument("--batch-size", type=int, default=8, help="requests generated together at most (default 8)")
+    serve.add_argument("--gather-ms", type=float, default=50.0,
+                       help="how long a batch waits for requests arriving together with its first (default 50)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--name", help="the model id clients ask for (default: the model's name, with @DTYPE unless "
+                                      "float32)")
+    serve.add_argument("--llm-cache-dir", help="where converted models live (default: .cache/llm of the project)")
+    serve.set_defaults(func=cmd_serve_llm)
 
     sub.add_parser("suites", help="list the benchmark suites (shipped, and installed packages')").set_defaults(
         func=cmd_suites)

@@ -7,10 +7,11 @@ content-addressed response cache (:mod:`pipelines.llm.cache`), built from an :cl
 Importing this package loads neither torch nor the openai client: each backend imports what it needs when used.
 """
 
-from pipelines.llm.base import LLM, Completion, GenerationSettings, LLMError, Messages, check_messages
+from pipelines.llm.base import (LLM, Completion, ContextWindowExceeded, GenerationSettings, LLMError, Messages,
+                                check_messages)
 from pipelines.llm.cache import CachedLLM, ResponseCache
 from pipelines.llm.build import build_llm
 from pipelines.llm.config import DEFAULT_MODEL, LLMConfig
 
-__all__ = ["LLM", "CachedLLM", "Completion", "DEFAULT_MODEL", "GenerationSettings", "LLMConfig", "LLMError",
+__all__ = ["LLM", "CachedLLM", "Completion", "ContextWindowExceeded", "DEFAULT_MODEL", "GenerationSettings", "LLMConfig", "LLMError",
            "Messages", "ResponseCache", "build_llm", "check_messages"]

@@ -47,6 +47,12 @@ class LLMError(MnemosError, RuntimeError):
             "llm.reader.model=...); `benchmark --no-answers` scores the retrieval without a language model.")
 
 
+class ContextWindowExceeded(LLMError):
+    """A server refused a prompt that does not fit its model's window beside the new tokens asked (HTTP 400,
+    OpenAI's code ``context_length_exceeded``, vLLM's "maximum context length"): the prompt's fault, not the
+    server's, so a memory product's writer counts it as refused (as a local model's window check does)."""
+
+
 @dataclass(frozen=True)
 class GenerationSettings:
     """What one call asks of the model (part of the cache key)."""

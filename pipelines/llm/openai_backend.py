@@ -12,7 +12,9 @@ the final error are ours: a request failing with HTTP 408, 409, 429 or 5xx, a ti
 retried up to ``max_retries`` times after ``min(30, 0.5 * 2**attempt)`` seconds scaled by a random factor in
 [0.5, 1] (jitter: concurrent requests do not retry in step), or the server's ``Retry-After`` when it sends one.
 After the last try the call raises :class:`LLMError` "cannot reach the OpenAI-compatible server at <URL>
-(model <m>) ..."; another 4xx (a wrong model id, a refused key) fails at once naming the URL and the status.
+(model <m>) ..."; another 4xx (a wrong model id, a refused key) fails at once naming the URL and the status; a 400 saying the
+prompt does not fit the model's window (OpenAI's ``context_length_exceeded``, vLLM's "maximum context length") is
+:class:`~pipelines.llm.base.ContextWindowExceeded`.
 After a failure the requests not yet sent are cancelled and those in flight finish (their answers still reach
 ``on_result``, so the response cache keeps everything received).
 
@@ -33,7 +35,8 @@ import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, as_completed
 from typing import Any, Callable, Sequence
 
-from pipelines.llm.base import LLM, Completion, GenerationSettings, LLMError, Messages, check_messages
+from pipelines.llm.base import (LLM, Completion, ContextWindowExceeded, GenerationSettings, LLMError, Messages,
+                                check_messages)
 from pipelines.llm.config import LLMConfig
 from pipelines.llm.local import cut_at_stop
 
@@ -44,6 +47,11 @@ BACKOFF_MAX_S = 30.0
 RETRY_STATUS = (408, 409, 429)     # and every 5xx
 
 log = logging.getLogger("mnemos")
+
+
+def _context_exceeded(err: Any) -> bool:
+    """Whether an HTTP 400 says the prompt does not fit the model's window (OpenAI's and vLLM's wording)."""
+    return getattr(err, "code", None) == "context_length_exceeded" or "maximum context length" in str(err)
 
 
 class _Stopped(Exception):
@@ -185,6 +193,10 @@ class OpenAILLM(LLM):
             try:
                 response = self.client.chat.completions.create(**params)
             except openai.APIStatusError as err:
+                if err.status_code == 400 and _context_exceeded(err):
+                    raise ContextWindowExceeded(f"the OpenAI-compatible server at {self.base_url} (model "
+                                                f"{self.config.model}) refused a prompt longer than the model's "
+                                                f"window: {self.scrub(str(err))}") from None
                 if err.status_code not in RETRY_STATUS and err.status_code < 500:
                     hint = (f" (the key is read from the environment variable {self.config.api_key_env})"
                             if err.status_code in (401, 403) else "")

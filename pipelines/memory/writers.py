@@ -49,7 +49,7 @@ from pipelines.data.schema import Session, Triplet
 from pipelines.emma.formats import NONE, SEP
 from pipelines.errors import ConfigError, ModelNotTrained
 from pipelines.glong.extractor import SYSTEM_INSTRUCTION, ParseStats, parse_triplets, user_message
-from pipelines.llm import LLM, GenerationSettings, LLMConfig, Messages, build_llm
+from pipelines.llm import LLM, ContextWindowExceeded, GenerationSettings, LLMConfig, Messages, build_llm
 from pipelines.llm.local import ADAPTER_CONFIG
 
 log = logging.getLogger("mnemos")
@@ -360,7 +360,12 @@ class LLMChat(Writer):
                 self.refused_too_long += 1
                 raise PromptTooLong(f"{self.role}: a prompt of {tokens} tokens and {settings.max_new_tokens} new "
                                     f"ones does not fit {self.llm.label}'s window of {window} tokens")
-        return self.complete([messages], settings)[0]
+        try:
+            return self.complete([messages], settings)[0]
+        except ContextWindowExceeded as e:   # a server's window, unknown on this side: refused there
+            with self._lock:
+                self.refused_too_long += 1
+            raise PromptTooLong(f"{self.role}: {e}") from None
 
     def outcome(self, name: str, n: int = 1) -> None:
         """Count ``n`` of an outcome (e.g. ``unreadable``: an answer the product could not read)."""

@@ -1,0 +1,306 @@
+"""``python -m pipelines serve-llm``: the local backend behind an OpenAI-compatible server that batches the requests
+in flight, for clients in other processes that each ask one request at a time.
+
+Who needs it: a memory product (pipelines/memory/peers) calls its language model one request at a time, each a
+long prompt answered at length, so one benchmark process keeps a local model at batch 1. The episodes of a suite
+are independent: run as shards in parallel processes (``benchmark --shards N --shard I``, or Dagster's
+multiprocess executor over the ``benchmark_shard`` partitions), each product's requests arrive together at one
+server, which answers them with one padded batch (:meth:`pipelines.llm.local.LocalLLM.generate`). Measured on 2
+CPU cores with SmolLM2-135M-Instruct over 8 of LangMem's extraction requests (1.3k-2.5k prompt tokens, 435-512
+generated; ``/work/notes`` of session 41): about 35 s a request one at a time, 17.5 s a request in one float32
+batch (the same 8 texts as one at a time), 11.6 s in bfloat16; ``transformers serve --continuous-batching`` (paged
+attention) took 28.5 s a request.
+
+Batching (:class:`Batcher`): each request waits in a queue; one worker thread takes the oldest and every other
+waiting request with the same generation settings (up to ``batch_size``, after ``gather_s`` for near-simultaneous
+arrivals) and generates them together; requests that arrive meanwhile make the next batch. Greedy answers do not
+depend on the batch, up to the last float bits of a padded row (identical on the requests above); sampled ones
+depend on their batch, as :meth:`~pipelines.llm.local.LocalLLM.generate` says. When a batch fails, each of its
+requests is asked again alone, so only the failing one gets the error.
+
+HTTP (the stdlib's ``ThreadingHTTPServer``: one thread per connection): ``GET /health``; ``GET /v1/models`` (the
+served id, and ``max_model_len``, the model's window, as vLLM sends it); ``POST /v1/chat/completions`` with
+``model`` (the served id: :func:`served_name`, which names the dtype when it is not float32, so the response cache
+of a client never mixes two precisions), ``messages``, ``max_tokens`` (or ``max_completion_tokens``),
+``temperature``, ``top_p``, ``stop``, ``seed``; not ``stream`` nor ``n`` > 1 (400). A prompt that does not fit the
+window beside ``max_tokens`` is a 400 with code ``context_length_exceeded``, as OpenAI and vLLM answer it (the
+openai backend raises :class:`~pipelines.llm.base.ContextWindowExceeded`: a product's writer counts it as refused).
+The answer is OpenAI's chat completion with ``usage``.
+
+There is no response cache here: the clients keep theirs (the openai backend behind
+:class:`~pipelines.llm.cache.CachedLLM`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+from pipelines.errors import ConfigError
+from pipelines.llm.base import LLM, Completion, GenerationSettings, LLMError, Messages, check_messages
+
+log = logging.getLogger("mnemos")
+
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"   # OpenAI's error code (vLLM says "maximum context length")
+
+
+class RequestError(Exception):
+    """A request the server refuses: HTTP ``status`` with OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, code: str | None = None):
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@dataclass
+class _Job:
+    messages: Messages
+    settings: GenerationSettings
+    future: Future = field(default_factory=Future)
+
+
+class Batcher:
+    """Requests from many threads answered in batches by one worker (see the module docstring)."""
+
+    def __init__(self, llm: LLM, batch_size: int = 8, gather_s: float = 0.05,
+                 check: Callable[[Messages, GenerationSettings], None] | None = None):
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        self.llm, self.batch_size, self.gather_s = llm, batch_size, gather_s
+        self.check = check                    # refuses a request (raises) before it is generated, on the worker
+        self.batches: list[int] = []          # the size of every batch generated, in order
+        self._queue: list[_Job] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._worker: threading.Thread | None = None
+
+    def start(self) -> "Batcher":
+        self._worker = threading.Thread(target=self._loop, name="llm-batcher", daemon=True)
+        self._worker.start()
+        return self
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._worker is not None:
+            self._worker.join()
+
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def submit(self, messages: Messages, settings: GenerationSettings) -> Future:
+        """The future answer to one conversation."""
+        job = _Job(messages, settings)
+        with self._cond:
+            if self._closed:
+                raise LLMError("the batching server is shutting down")
+            self._queue.append(job)
+            self._cond.notify_all()
+        return job.future
+
+    def _take(self) -> list[_Job] | None:
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if not self._queue:
+                return None
+        time.sleep(self.gather_s)             # let near-simultaneous requests join the batch
+        with self._cond:
+            first = self._queue[0].settings
+            jobs = [j for j in self._queue if j.settings == first][:self.batch_size]
+            taken = set(map(id, jobs))
+            self._queue = [j for j in self._queue if id(j) not in taken]
+            return jobs
+
+    def _loop(self) -> None:
+        while (jobs := self._take()) is not None:
+            if self.check is not None:        # the tokenizer is used on this thread only
+                jobs = [j for j in jobs if self._passes(j)]
+            if jobs:
+                self.batches.append(len(jobs))
+                self._run(jobs)
+
+    def _passes(self, job: _Job) -> bool:
+        try:
+            self.check(job.messages, job.settings)  # type: ignore[misc]
+        except Exception as e:                # noqa: BLE001 - handed to the waiting request
+            job.future.set_exception(e)
+            return False
+        return True
+
+    def _run(self, jobs: list[_Job]) -> None:
+        try:
+            answers = self.llm.generate([j.messages for j in jobs], jobs[0].settings)
+        except Exception as e:                # noqa: BLE001 - handed to the waiting request(s)
+            if len(jobs) == 1:
+                jobs[0].future.set_exception(e)
+                return
+            for job in jobs:                  # only the failing request gets the error
+                self._run([job])
+            return
+        for job, answer in zip(jobs, answers):
+            job.future.set_result(answer)
+
+
+def served_name(model: str, dtype: str) -> str:
+    """The model id the server answers to: the model's name (a folder's or file's stem), with ``@<dtype>`` unless
+    float32 (two precisions answer differently: a client's response cache keys on this id)."""
+    name = Path(model).name if ("/" in model or model.endswith(".gguf")) else model
+    name = name.removesuffix(".gguf")
+    return name if dtype == "float32" else f"{name}@{dtype}"
+
+
+def _settings(body: dict[str, Any], defaults: GenerationSettings) -> GenerationSettings:
+    if body.get("stream"):
+        raise RequestError(400, "stream is not supported by this server; ask without it.")
+    if body.get("n", 1) != 1:
+        raise RequestError(400, f"n must be 1, got {body.get('n')!r}.")
+    stop = body.get("stop") or ()
+    stop = (stop,) if isinstance(stop, str) else tuple(stop)
+
+    def given(key: str, default: Any) -> Any:
+        return default if body.get(key) is None else body[key]
+
+    try:
+        return GenerationSettings(max_new_tokens=given("max_completion_tokens", given("max_tokens",
+                                                                                      defaults.max_new_tokens)),
+                                  temperature=given("temperature", defaults.temperature),
+                                  top_p=given("top_p", defaults.top_p), stop=stop, seed=given("seed", defaults.seed))
+    except ConfigError as e:
+        raise RequestError(400, str(e)) from None
+
+
+class BatchingServer:
+    """The HTTP side (see the module docstring); a context manager (started on enter, stopped on exit)."""
+
+    def __init__(self, llm: LLM, name: str, *, host: str = "127.0.0.1", port: int = 8000, batch_size: int = 8,
+                 gather_s: float = 0.05, defaults: GenerationSettings | None = None):
+        self.llm, self.name, self.host = llm, name, host
+        self.defaults = defaults or GenerationSettings()
+        self.batcher = Batcher(llm, batch_size, gather_s, check=self.check_window)
+        self._ids = itertools.count(1)
+        self._httpd = ThreadingHTTPServer((host, port), self._handler())
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> "BatchingServer":
+        self.batcher.start()
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.batcher.start()
+        try:
+            self._httpd.serve_forever()
+        finally:
+            self.batcher.close()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self.batcher.close()
+
+    def __enter__(self) -> "BatchingServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "mnemos",
+                                            "max_model_len": self.llm.context_window}]}
+
+    def check_window(self, messages: Messages, settings: GenerationSettings) -> None:
+        """RequestError (400, ``context_length_exceeded``) when the prompt and ``max_tokens`` exceed the window."""
+        window = self.llm.context_window
+        if window is None:
+            return
+        prompt = self.llm.count_prompt_tokens(messages)
+        if prompt + settings.max_new_tokens > window:
+            raise RequestError(400, f"This model's maximum context length is {window} tokens. However, you requested "
+                                    f"{prompt + settings.max_new_tokens} tokens ({prompt} in the messages, "
+                                    f"{settings.max_new_tokens} in the completion).", CONTEXT_LENGTH_EXCEEDED)
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The chat completion answering one request body (RequestError when refused)."""
+        if body.get("model") != self.name:
+            raise RequestError(404, f"the model {body.get('model')!r} is not served here; this server serves "
+                                    f"{self.name!r}.", "model_not_found")
+        messages = body.get("messages")
+        try:
+            check_messages([messages])   # type: ignore[list-item]
+        except ConfigError as e:
+            raise RequestError(400, str(e)) from None
+        settings = _settings(body, self.defaults)
+        answer: Completion = self.batcher.submit(messages, settings).result()  # type: ignore[arg-type]
+        return {"id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": int(time.time()),
+                "model": self.name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
+                             "finish_reason": answer.finish_reason or "stop"}],
+                "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
+                          "total_tokens": answer.prompt_tokens + answer.completion_tokens}}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:   # noqa: A002 - the stdlib's signature
+                log.debug("serve-llm: " + format, *args)
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _error(self, status: int, message: str, code: str | None = None) -> None:
+                kind = "invalid_request_error" if status < 500 else "server_error"
+                self._send(status, {"error": {"message": message, "type": kind, "code": code}})
+
+            def do_GET(self) -> None:   # noqa: N802 - the stdlib's name
+                if self.path == "/health":
+                    self._send(200, {"status": "ok"})
+                elif self.path.rstrip("/") == "/v1/models":
+                    self._send(200, server.models())
+                else:
+                    self._error(404, f"no such path: {self.path}")
+
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    self._error(404, f"no such path: {self.path}")
+                    return
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                    if not isinstance(body, dict):
+                        raise RequestError(400, "the request body must be a JSON object.")
+                    self._send(200, server.complete(body))
+                except json.JSONDecodeError as e:
+                    self._error(400, f"the request body is not JSON: {e}")
+                except RequestError as e:
+                    self._error(e.status, str(e), e.code)
+                except Exception as e:  # noqa: BLE001 - the model failed: the client retries or reports it
+                    log.warning("serve-llm: a request failed: %s: %s", type(e).__name__, e)
+                    self._error(500, f"{type(e).__name__}: {e}")
+
+        return Handler

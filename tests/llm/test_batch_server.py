@@ -1,0 +1,192 @@
+"""The batching server (pipelines/llm/batch_server.py) over the tiny random Llama: requests waiting together are
+answered in one batch with the answers one-at-a-time calls give, a failing request fails alone, and the openai
+backend talks to it as to any OpenAI-compatible server (its window refusals included); `serve-llm` starts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from pipelines.llm import ContextWindowExceeded, GenerationSettings, LLMConfig, LLMError
+from pipelines.llm.base import LLM, Completion
+from pipelines.llm.batch_server import Batcher, BatchingServer, served_name
+from pipelines.llm.local import LocalLLM
+from pipelines.llm.openai_backend import OpenAILLM
+from pipelines.llm.serve import free_port
+from pipelines.memory.writers import LLMChat, PromptTooLong
+
+S = GenerationSettings(max_new_tokens=8)
+TEXTS = ["Where did Alice move?", "Bob likes tea", "the quick brown fox", "Alice moved to Paris in May"]
+
+
+def conv(text):
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture(scope="module")
+def local(tiny_llama, tmp_path_factory):
+    return LocalLLM(LLMConfig(model=str(tiny_llama), device="cpu"), tmp_path_factory.mktemp("models"))
+
+
+class Recording(LLM):
+    """An LLM that records each batch it is asked and fails any batch holding a "boom"."""
+
+    backend = "recording"
+
+    def __init__(self):
+        self.asked: list[list[str]] = []
+
+    @property
+    def model(self):
+        return "recording"
+
+    def identity(self):
+        return {"backend": self.backend}
+
+    def generate(self, batch, settings, progress=None):
+        texts = [m[-1]["content"] for m in batch]
+        self.asked.append(texts)
+        if "boom" in texts:
+            raise RuntimeError("the model failed on boom")
+        return [Completion(text=t.upper(), prompt_tokens=1, completion_tokens=1) for t in texts]
+
+
+def test_requests_waiting_together_are_one_batch_with_the_one_at_a_time_answers(local):
+    batcher = Batcher(local, batch_size=8, gather_s=0)
+    futures = [batcher.submit(conv(t), S) for t in TEXTS]   # all waiting before the worker starts
+    batcher.start()
+    try:
+        answers = [f.result(timeout=60) for f in futures]
+    finally:
+        batcher.close()
+    assert batcher.batches == [4]
+    alone = [local.generate([conv(t)], S)[0] for t in TEXTS]
+    assert [a.text for a in answers] == [a.text for a in alone]
+    assert [a.prompt_tokens for a in answers] == [a.prompt_tokens for a in alone]
+
+
+def test_batches_hold_one_setting_and_at_most_batch_size_requests_oldest_first():
+    llm = Recording()
+    batcher = Batcher(llm, batch_size=2, gather_s=0)
+    other = GenerationSettings(max_new_tokens=3)
+    futures = [batcher.submit(conv(t), s) for t, s in [("a", S), ("b", other), ("c", S), ("d", S)]]
+    batcher.start()
+    try:
+        assert [f.result(timeout=10).text for f in futures] == ["A", "B", "C", "D"]
+    finally:
+        batcher.close()
+    assert llm.asked == [["a", "c"], ["b"], ["d"]]
+
+
+def test_a_failing_request_fails_alone_and_the_rest_of_its_batch_is_answered():
+    llm = Recording()
+    batcher = Batcher(llm, gather_s=0)
+    futures = [batcher.submit(conv(t), S) for t in ["x", "boom", "y"]]
+    batcher.start()
+    try:
+        assert futures[0].result(timeout=10).text == "X" and futures[2].result(timeout=10).text == "Y"
+        with pytest.raises(RuntimeError, match="failed on boom"):
+            futures[1].result(timeout=10)
+    finally:
+        batcher.close()
+    assert llm.asked == [["x", "boom", "y"], ["x"], ["boom"], ["y"]]
+
+
+def test_requests_arriving_within_the_gather_time_join_one_batch():
+    llm = Recording()
+    batcher = Batcher(llm, gather_s=0.5).start()
+    try:
+        futures = []
+        for t in "abc":
+            futures.append(batcher.submit(conv(t), S))
+            time.sleep(0.05)
+        assert [f.result(timeout=10).text for f in futures] == ["A", "B", "C"]
+    finally:
+        batcher.close()
+    assert batcher.batches == [3]
+
+
+def test_served_name_names_the_precision_unless_float32():
+    assert served_name("smollm2-135m-instruct", "float32") == "smollm2-135m-instruct"
+    assert served_name("smollm2-135m-instruct", "bfloat16") == "smollm2-135m-instruct@bfloat16"
+    assert served_name("/models/my-model/", "float32") == "my-model"
+    assert served_name("/models/x.Q4_1.gguf", "float16") == "x.Q4_1@float16"
+
+
+@pytest.fixture(scope="module")
+def server(local):
+    with BatchingServer(local, "tiny", port=0, batch_size=4, gather_s=0.2) as s:
+        yield s
+
+
+def client(server, **kw):
+    return OpenAILLM(LLMConfig(backend="openai", model="tiny", base_url=server.base_url, **kw))
+
+
+def test_concurrent_clients_get_the_local_answers_in_order_through_batches(server, local):
+    before = len(server.batcher.batches)
+    out = client(server, concurrency=4).generate([conv(t) for t in TEXTS * 2], S)
+    assert [c.text for c in out] == [c.text for c in local.generate([conv(t) for t in TEXTS * 2], S)]
+    assert all(c.completion_tokens == 8 and c.finish_reason == "length" for c in out)
+    assert max(server.batcher.batches[before:]) > 1          # some requests were answered together
+    with urllib.request.urlopen(f"{server.base_url}/models") as r:
+        assert json.load(r)["data"] == [{"id": "tiny", "object": "model", "owned_by": "mnemos",
+                                         "max_model_len": 1024}]
+
+
+def test_refusals_are_openai_errors_the_backend_reads(server):
+    with pytest.raises(LLMError, match="refused the request for model other: HTTP 404.*serves 'tiny'"):
+        OpenAILLM(LLMConfig(backend="openai", model="other", base_url=server.base_url)).generate([conv("a")], S)
+    with pytest.raises(ContextWindowExceeded, match="maximum context length is 1024 tokens"):
+        client(server).generate([conv("fox " * 1100)], S)
+    request = urllib.request.Request(f"{server.base_url}/chat/completions", method="POST",
+                                     data=json.dumps({"model": "tiny", "messages": [conv("a")[0]],
+                                                      "stream": True}).encode())
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request)
+    assert err.value.code == 400 and "stream is not supported" in err.value.read().decode()
+
+
+def test_a_products_writer_counts_a_prompt_the_server_refuses_for_its_window(server):
+    """The writer's own check estimates 4 characters a token (300 here, under the window of 1024); the server counts
+    the real tokens (bytes of a letter outside the tiny vocabulary: over 1024) and refuses: counted as refused."""
+    config = LLMConfig(backend="openai", model="tiny", base_url=server.base_url, max_new_tokens=8)
+    chat = LLMChat(OpenAILLM(config), config, role="peer.llm")
+    with pytest.raises(PromptTooLong, match="maximum context length"):
+        chat(conv("\u0436" * 1200))
+    assert chat.refused_too_long == 1
+    assert chat(conv("Bob likes tea")) == OpenAILLM(config).generate([conv("Bob likes tea")], S)[0].text.strip()
+
+
+def test_serve_llm_command_serves_a_model_folder(tiny_llama, tmp_path):
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "pipelines", "serve-llm", "--model", str(tiny_llama),
+                                "--device", "cpu", "--port", str(port), "--llm-cache-dir", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, b"")), daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.25)
+        name = tiny_llama.name
+        out = OpenAILLM(LLMConfig(backend="openai", model=name, base_url=base)).generate([conv("tea")], S)
+        assert out[0].completion_tokens == 8
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    log = b"".join(lines).decode()
+    assert f"serving {name} (float32, cpu, batches of up to 8) at {base}" in log
