@@ -6,19 +6,25 @@
     python benchmarks/llm_throughput.py --backends local --model FOLDER    # any local model folder
     python benchmarks/llm_throughput.py --model FOLDER --questions 4 --max-new-tokens 8 --batch-size 2 \\
         --concurrency 2 --out /tmp/llm.json                                # smoke run (tests/benchmarks)
+    python benchmarks/llm_throughput.py --workload product --max-new-tokens 512 --questions 20 \\
+        --batch-size 10 --concurrency 10 --server mnemos --dtype bfloat16  # memory products' requests, serve-llm
 
 The questions are what the benchmark's readers ask: a short memory context (six remembered lines with their
 session dates, as a strategy's ``context()`` renders them, about 200 tokens with the chat template) and a
 question about it, answered greedily in at most ``--max-new-tokens`` (64) tokens; deterministic from ``--seed``.
 Nothing is cached (``cache: false``): every question is really generated. ``--workload open`` asks short
-questions that want a paragraph instead (decode-bound: where batching pays most), for reference.
+questions that want a paragraph instead (decode-bound: where batching pays most), for reference; ``--workload
+product`` asks what a memory product asks its model (a whole session of about 1,500 tokens, tool-call JSON wanted:
+give ``--max-new-tokens 512``, the products' budget).
 
 - ``local``: :class:`pipelines.llm.local.LocalLLM`, one model loaded once; ``one at a time`` calls ``generate``
   per question, ``batched`` asks all questions in one call (chunks of ``--batch-size``, left-padded, longest
   prompts first). Target: batched >= 3x one at a time.
 - ``openai``: :class:`pipelines.llm.openai_backend.OpenAILLM` against ``transformers serve`` of the same model
   folder on a free loopback port (``--continuous-batching`` by default, i.e. server-side batching as vLLM does,
-  with a paged KV cache of ``--cb-num-blocks`` pages; ``--no-server-batching`` serves one request at a time);
+  with a paged KV cache of ``--cb-num-blocks`` pages; ``--no-server-batching`` serves one request at a time), or
+  with ``--server mnemos`` this project's ``serve-llm`` (pipelines/llm/batch_server.py: the local backend's padded
+  batch of up to ``--concurrency`` requests in flight);
   ``sequential`` is concurrency 1, ``concurrent`` is ``--concurrency``. Target: concurrent >= 3x sequential.
 
 Each side is warmed up (one untimed call) before its timed runs. Reported per run: seconds, questions/s,
@@ -90,7 +96,38 @@ def make_open_questions(n: int, seed: int) -> list[list[dict[str, str]]]:
     return [[{"role": "user", "content": f"Explain {rng.choice(TOPICS)} in a short paragraph."}] for _ in range(n)]
 
 
-WORKLOADS = {"memory_qa": make_questions, "open": make_open_questions}
+PRODUCT_SYSTEM = "You are a memory subroutine for an AI."
+PRODUCT_TASK = ("You are a long-term memory manager. Extract the facts, preferences and events worth remembering "
+                "from the conversation below, then answer with JSON only: {\"tool_calls\": [{\"name\": "
+                "\"Memory\", \"arguments\": {\"content\": \"...\"}}]}, one call per memory.")
+
+
+def make_product_requests(n: int, seed: int) -> list[list[dict[str, str]]]:
+    """``n`` requests shaped like a memory product's (LangMem's store manager): instructions, then a whole session
+    of about 40 dated turns between two people (about 1,500 prompt tokens), asking for tool-call JSON; with
+    ``--max-new-tokens 512`` the product's own budget. Long prompts answered at length: prefill and decode both
+    count."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        a, b = rng.sample(PEOPLE, 2)
+        turns = []
+        for _ in range(20):
+            for who, other in ((a, b), (b, a)):
+                fact, _ = rng.choice(FACTS)
+                values = {"who": who, "place": rng.choice(PLACES), "pet": rng.choice(PETS),
+                          "food": rng.choice(FOODS), "instrument": rng.choice(INSTRUMENTS),
+                          "minutes": rng.randint(95, 150), "friend": other}
+                turns.append(f"{who}: You know what, {other}? I {fact.format(**values)}, and honestly it has "
+                             f"changed how I spend my weekends more than I expected.")
+        day = f"2023-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        out.append([{"role": "system", "content": PRODUCT_SYSTEM},
+                    {"role": "user", "content": f"{PRODUCT_TASK}\n\n<session date={day}>\n" + "\n".join(turns)
+                     + "\n</session>"}])
+    return out
+
+
+WORKLOADS = {"memory_qa": make_questions, "open": make_open_questions, "product": make_product_requests}
 
 
 def timed(llm, conversations, settings, one_at_a_time: bool) -> dict:
@@ -134,18 +171,26 @@ def run_openai(args, questions, settings, cache_dir: Path) -> dict:
     from pipelines.llm.config import models_dir
     from pipelines.llm.local import LocalLLM
     from pipelines.llm.openai_backend import OpenAILLM
-    from pipelines.llm.serve import TransformersServer
+    from pipelines.llm.serve import BatchingServerProcess, TransformersServer
 
     folder = LocalLLM(LLMConfig(model=args.model, cache=False), models_dir(cache_dir)).folder()
     log = Path(tempfile.gettempdir()) / f"llm_throughput_serve_{os.getpid()}.log"
-    server_args = ["--dtype", args.dtype if args.dtype != "auto" else "float32", "--device", args.device
-                   if args.device != "auto" else "cpu"]
-    if args.server_batching:     # size the paged KV cache: left to itself it takes most of the RAM (see serve.py)
-        server_args += ["--cb-num-blocks", str(args.cb_num_blocks),
-                        "--cb-max-batch-tokens", str(args.cb_max_batch_tokens)]
+    dtype = args.dtype if args.dtype != "auto" else "float32"
+    device = args.device if args.device != "auto" else "cpu"
+    if args.server == "mnemos":  # serve-llm: the local backend's padded batches of the requests in flight
+        server_cm = BatchingServerProcess(str(folder), name="served", dtype=dtype, device=device,
+                                          batch_size=args.concurrency, log=log)
+        label = f"mnemos serve-llm --batch-size {args.concurrency}"
+    else:
+        server_args = ["--dtype", dtype, "--device", device]
+        if args.server_batching:  # size the paged KV cache: left to itself it takes most of the RAM (see serve.py)
+            server_args += ["--cb-num-blocks", str(args.cb_num_blocks),
+                            "--cb-max-batch-tokens", str(args.cb_max_batch_tokens)]
+        server_cm = TransformersServer(folder, continuous_batching=args.server_batching, log=log,
+                                       extra_args=server_args)
+        label = "transformers serve" + (" --continuous-batching" if args.server_batching else "")
     started = time.perf_counter()
-    with TransformersServer(folder, continuous_batching=args.server_batching, log=log,
-                            extra_args=server_args) as server:
+    with server_cm as server:
         startup_s = time.perf_counter() - started
 
         def build(concurrency: int) -> OpenAILLM:
@@ -157,8 +202,7 @@ def run_openai(args, questions, settings, cache_dir: Path) -> dict:
         seq = timed(sequential, questions, settings, one_at_a_time=True)
         conc = timed(concurrent, questions, settings, one_at_a_time=False)
     log.unlink(missing_ok=True)
-    return {"server": "transformers serve" + (" --continuous-batching" if args.server_batching else ""),
-            "startup_s": startup_s, "runs": {"sequential": seq, f"concurrent_{args.concurrency}": conc},
+    return {"server": label, "startup_s": startup_s, "runs": {"sequential": seq, f"concurrent_{args.concurrency}": conc},
             **pair(seq, conc)}
 
 
@@ -181,12 +225,16 @@ def main(argv=None) -> int:
     p.add_argument("--backends", default="local,openai", help="comma-separated: local, openai")
     p.add_argument("--questions", type=int, default=32)
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="memory_qa",
-                   help="memory_qa: the readers' prompts (default); open: short prompts asking for a paragraph")
+                   help="memory_qa: the readers' prompts (default); open: short prompts asking for a paragraph; "
+                        "product: a memory product's requests (a whole session, tool-call JSON asked)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=16, help="local: conversations generated together")
     p.add_argument("--concurrency", type=int, default=16, help="openai: requests in flight")
+    p.add_argument("--server", choices=["transformers", "mnemos"], default="transformers",
+                   help="openai: the server started: transformers serve (default) or this project's serve-llm "
+                        "(batches of up to --concurrency requests in flight)")
     p.add_argument("--no-server-batching", dest="server_batching", action="store_false",
-                   help="serve without --continuous-batching (one request at a time on the server)")
+                   help="transformers serve without --continuous-batching (one request at a time on the server)")
     p.add_argument("--cb-num-blocks", type=int, default=64,
                    help="server batching: KV-cache pages of 256 tokens (64: 16k tokens, about 0.75 GB for SmolLM2)")
     p.add_argument("--cb-max-batch-tokens", type=int, default=2048, help="server batching: tokens per forward pass")

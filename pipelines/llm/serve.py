@@ -1,4 +1,5 @@
-"""A local OpenAI-compatible server for a model folder: ``transformers serve``, started and stopped from Python.
+"""A local OpenAI-compatible server for a model folder: ``transformers serve``, started and stopped from Python (and
+:class:`BatchingServerProcess`, this project's ``serve-llm``, the same way).
 
 The tests of the openai backend and ``benchmarks/llm_throughput.py`` serve a folder written by
 ``save_pretrained`` (a tiny random Llama, or the converted SmolLM2) this way; by hand the same is::
@@ -119,3 +120,27 @@ class TransformersServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class BatchingServerProcess(TransformersServer):
+    """``python -m pipelines serve-llm`` (:mod:`pipelines.llm.batch_server`: a local-backend model answering the
+    requests in flight as one batch) in its own process, started and stopped as :class:`TransformersServer` is.
+    ``model`` is any model of the local backend; the server answers to ``name``."""
+
+    def __init__(self, model: str, *, name: str = "served", dtype: str = "auto", device: str = "auto",
+                 batch_size: int = 8, llm_cache_dir: str | os.PathLike | None = None, host: str = "127.0.0.1",
+                 port: int | None = None, log: str | os.PathLike | None = None, startup_timeout_s: float = 180.0):
+        super().__init__(model, host=host, port=port, log=log, startup_timeout_s=startup_timeout_s)
+        self.model_arg, self.name = str(model), name
+        self.options = ["--dtype", dtype, "--device", device, "--batch-size", str(batch_size)]
+        if llm_cache_dir is not None:
+            self.options += ["--llm-cache-dir", str(llm_cache_dir)]
+
+    @property
+    def model(self) -> str:
+        return self.name
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "pipelines", "serve-llm", "--model", self.model_arg, "--name", self.name,
+                "--host", self.host, "--port", str(self.port), *self.options]
+

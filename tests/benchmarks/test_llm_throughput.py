@@ -37,3 +37,24 @@ def test_smoke_run_reports_both_backends_side_by_side(tmp_path):
         assert part["speedup"] == pytest.approx(fast["questions_per_s"] / slow["questions_per_s"])
         assert part["same_answers"] == 1.0           # greedy, float32: padding changes no answer of the tiny model
     assert "speed-up" in done.stdout and "batched_2" in done.stdout
+
+
+def test_product_requests_are_a_whole_dated_session_asking_for_tool_call_json():
+    bench = load("llm_throughput")
+    requests = bench.make_product_requests(3, seed=1)
+    assert requests == bench.make_product_requests(3, seed=1)
+    for system, user in requests:
+        assert system["content"] == bench.PRODUCT_SYSTEM and user["content"].startswith(bench.PRODUCT_TASK)
+        session = user["content"].split("<session date=")[1]
+        assert session.count("\n") == 41 and session.endswith("</session>")   # 40 turns between its tags
+
+
+def test_smoke_run_against_serve_llm(tmp_path):
+    model = write_tiny_llama(tmp_path / "tiny")
+    out = tmp_path / "llm.json"
+    run("llm_throughput", "--model", str(model), "--backends", "openai", "--server", "mnemos", "--questions", "4", "--max-new-tokens", "6", "--concurrency", "4", "--cache-dir",
+        str(tmp_path / "cache"), "--out", str(out))
+    report = json.loads(out.read_text())
+    assert report["openai"]["server"] == "mnemos serve-llm --batch-size 4"
+    assert set(report["openai"]["runs"]) == {"sequential", "concurrent_4"}
+    assert report["openai"]["same_answers"] == 1.0

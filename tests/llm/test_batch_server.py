@@ -5,10 +5,6 @@ backend talks to it as to any OpenAI-compatible server (its window refusals incl
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
 
@@ -19,7 +15,7 @@ from pipelines.llm.base import LLM, Completion
 from pipelines.llm.batch_server import Batcher, BatchingServer, served_name
 from pipelines.llm.local import LocalLLM
 from pipelines.llm.openai_backend import OpenAILLM
-from pipelines.llm.serve import free_port
+from pipelines.llm.serve import BatchingServerProcess
 from pipelines.memory.writers import LLMChat, PromptTooLong
 
 S = GenerationSettings(max_new_tokens=8)
@@ -166,27 +162,10 @@ def test_a_products_writer_counts_a_prompt_the_server_refuses_for_its_window(ser
 
 
 def test_serve_llm_command_serves_a_model_folder(tiny_llama, tmp_path):
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "pipelines", "serve-llm", "--model", str(tiny_llama),
-                                "--device", "cpu", "--port", str(port), "--llm-cache-dir", str(tmp_path)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, b"")), daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{port}/v1"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.25)
-        name = tiny_llama.name
-        out = OpenAILLM(LLMConfig(backend="openai", model=name, base_url=base)).generate([conv("tea")], S)
-        assert out[0].completion_tokens == 8
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-    log = b"".join(lines).decode()
-    assert f"serving {name} (float32, cpu, batches of up to 8) at {base}" in log
+    log = tmp_path / "serve.log"
+    with BatchingServerProcess(str(tiny_llama), name="tiny-served", device="cpu", batch_size=4,
+                               llm_cache_dir=tmp_path, log=log) as process:
+        out = OpenAILLM(LLMConfig(backend="openai", model="tiny-served", base_url=process.base_url)).generate(
+            [conv("tea"), conv("fox")], S)
+        assert [c.completion_tokens for c in out] == [8, 8]
+    assert f"serving tiny-served (float32, cpu, batches of up to 4) at {process.base_url}" in log.read_text()
