@@ -202,7 +202,8 @@ def run_openai(args, questions, settings, cache_dir: Path) -> dict:
         seq = timed(sequential, questions, settings, one_at_a_time=True)
         conc = timed(concurrent, questions, settings, one_at_a_time=False)
     log.unlink(missing_ok=True)
-    return {"server": label, "startup_s": startup_s, "runs": {"sequential": seq, f"concurrent_{args.concurrency}": conc},
+    return {"server": label, "startup_s": startup_s,
+            "runs": {"sequential": seq, f"concurrent_{args.concurrency}": conc},
             **pair(seq, conc)}
 
 

@@ -52,7 +52,8 @@ def test_product_requests_are_a_whole_dated_session_asking_for_tool_call_json():
 def test_smoke_run_against_serve_llm(tmp_path):
     model = write_tiny_llama(tmp_path / "tiny")
     out = tmp_path / "llm.json"
-    run("llm_throughput", "--model", str(model), "--backends", "openai", "--server", "mnemos", "--questions", "4", "--max-new-tokens", "6", "--concurrency", "4", "--cache-dir",
+    run("llm_throughput", "--model", str(model), "--backends", "openai", "--server", "mnemos", "--questions", "4",
+        "--max-new-tokens", "6", "--concurrency", "4", "--cache-dir",
         str(tmp_path / "cache"), "--out", str(out))
     report = json.loads(out.read_text())
     assert report["openai"]["server"] == "mnemos serve-llm --batch-size 4"
