@@ -94,10 +94,6 @@ class Batcher:
         if self._worker is not None:
             self._worker.join()
 
-    def waiting(self) -> int:
-        with self._cond:
-            return len(self._queue)
-
     def submit(self, messages: Messages, settings: GenerationSettings) -> Future:
         """The future answer to one conversation."""
         job = _Job(messages, settings)
