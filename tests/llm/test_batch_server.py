@@ -81,6 +81,19 @@ def test_batches_hold_one_setting_and_at_most_batch_size_requests_oldest_first()
     assert llm.asked == [["a", "c"], ["b"], ["d"]]
 
 
+def test_a_full_batch_takes_the_oldest_and_the_requests_closest_to_it_in_length():
+    llm = Recording()
+    batcher = Batcher(llm, batch_size=2, gather_s=0)
+    texts = ["short", "a much longer request", "shorts", "another long request!"]
+    futures = [batcher.submit(conv(t), S) for t in texts]
+    batcher.start()
+    try:
+        assert [f.result(timeout=10).text for f in futures] == [t.upper() for t in texts]
+    finally:
+        batcher.close()
+    assert llm.asked == [["short", "shorts"], ["a much longer request", "another long request!"]]
+
+
 def test_a_failing_request_fails_alone_and_the_rest_of_its_batch_is_answered():
     llm = Recording()
     batcher = Batcher(llm, gather_s=0)
