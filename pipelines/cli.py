@@ -187,14 +187,13 @@ def cmd_benchmark(args) -> int:
 
 def cmd_serve_llm(args) -> int:
     from pipelines.config import ROOT
+    from pipelines.llm import LLMConfig, build_llm
     from pipelines.llm.batch_server import BatchingServer, served_name
-    from pipelines.llm.config import LLMConfig, models_dir
-    from pipelines.llm.local import LocalLLM
 
     config = LLMConfig(backend="local", model=args.model, gguf_file=args.gguf_file, dtype=args.dtype,
                        device=args.device, batch_size=args.batch_size, adapter=args.adapter,
-                       prompt_format=args.prompt_format, cache=False)
-    llm = LocalLLM(config, models_dir(args.llm_cache_dir or ROOT / ".cache" / "llm"))
+                       prompt_format=args.prompt_format, cache=False)   # the clients keep the response cache
+    llm = build_llm(config, args.llm_cache_dir or ROOT / ".cache" / "llm")
     llm.loaded_model()                                  # converted and loaded before the first request
     name = args.name or served_name(args.model, llm.dtype)
     server = BatchingServer(llm, name, host=args.host, port=args.port, batch_size=args.batch_size,

@@ -13,5 +13,5 @@ from pipelines.llm.cache import CachedLLM, ResponseCache
 from pipelines.llm.build import build_llm
 from pipelines.llm.config import DEFAULT_MODEL, LLMConfig
 
-__all__ = ["LLM", "CachedLLM", "Completion", "ContextWindowExceeded", "DEFAULT_MODEL", "GenerationSettings", "LLMConfig", "LLMError",
-           "Messages", "ResponseCache", "build_llm", "check_messages"]
+__all__ = ["LLM", "CachedLLM", "Completion", "ContextWindowExceeded", "DEFAULT_MODEL", "GenerationSettings",
+           "LLMConfig", "LLMError", "Messages", "ResponseCache", "build_llm", "check_messages"]

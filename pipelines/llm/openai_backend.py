@@ -12,9 +12,9 @@ the final error are ours: a request failing with HTTP 408, 409, 429 or 5xx, a ti
 retried up to ``max_retries`` times after ``min(30, 0.5 * 2**attempt)`` seconds scaled by a random factor in
 [0.5, 1] (jitter: concurrent requests do not retry in step), or the server's ``Retry-After`` when it sends one.
 After the last try the call raises :class:`LLMError` "cannot reach the OpenAI-compatible server at <URL>
-(model <m>) ..."; another 4xx (a wrong model id, a refused key) fails at once naming the URL and the status; a 400 saying the
-prompt does not fit the model's window (OpenAI's ``context_length_exceeded``, vLLM's "maximum context length") is
-:class:`~pipelines.llm.base.ContextWindowExceeded`.
+(model <m>) ..."; another 4xx (a wrong model id, a refused key) fails at once naming the URL and the status; a 400
+saying the prompt does not fit the model's window (OpenAI's ``context_length_exceeded``, vLLM's "maximum context
+length") is :class:`~pipelines.llm.base.ContextWindowExceeded`.
 After a failure the requests not yet sent are cancelled and those in flight finish (their answers still reach
 ``on_result``, so the response cache keeps everything received).
 

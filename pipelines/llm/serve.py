@@ -61,6 +61,11 @@ class TransformersServer:
         """The model id the pinned server accepts: the folder's path."""
         return str(self.folder)
 
+    @property
+    def label(self) -> str:
+        """What the error messages call this server."""
+        return f"transformers serve {self.folder}"
+
     def command(self) -> list[str]:
         exe = Path(sys.executable).with_name("transformers")
         launcher = [str(exe)] if exe.exists() else [sys.executable, "-m", "transformers.cli.transformers"]
@@ -83,13 +88,13 @@ class TransformersServer:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 code = None if self.process is None else self.process.returncode
-                raise LLMError(f"transformers serve {self.folder} exited (code {code}) before answering on "
+                raise LLMError(f"{self.label} exited (code {code}) before answering on "
                                f"{self.base_url}" + (f"; see {self.log_path}" if self.log_path else ""))
             if self.healthy():
                 return self
             time.sleep(0.25)
         self.stop()
-        raise LLMError(f"transformers serve {self.folder} did not answer /health on {self.host}:{self.port} within "
+        raise LLMError(f"{self.label} did not answer /health on {self.host}:{self.port} within "
                        f"{self.startup_timeout_s:.0f} s")
 
     def healthy(self) -> bool:
@@ -140,7 +145,10 @@ class BatchingServerProcess(TransformersServer):
     def model(self) -> str:
         return self.name
 
+    @property
+    def label(self) -> str:
+        return f"serve-llm {self.model_arg}"
+
     def command(self) -> list[str]:
         return [sys.executable, "-m", "pipelines", "serve-llm", "--model", self.model_arg, "--name", self.name,
                 "--host", self.host, "--port", str(self.port), *self.options]
-

@@ -182,3 +182,8 @@ def test_serve_llm_command_serves_a_model_folder(tiny_llama, tmp_path):
             [conv("tea"), conv("fox")], S)
         assert [c.completion_tokens for c in out] == [8, 8]
     assert f"serving tiny-served (float32, cpu, batches of up to 4) at {process.base_url}" in log.read_text()
+
+
+def test_a_serve_llm_that_cannot_load_its_model_is_an_error_naming_it(tmp_path):
+    with pytest.raises(LLMError, match=r"serve-llm .*no-such-model exited \(code [1-9]\d*\) before answering"):
+        BatchingServerProcess(str(tmp_path / "no-such-model"), device="cpu", llm_cache_dir=tmp_path).start()
