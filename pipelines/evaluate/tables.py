@@ -94,17 +94,18 @@ def granularity_tables(results: dict[str, ProtocolResult], ks: Sequence[int],
     (name -> reason) are rows of their own under each table."""
     aggs = {name: r.aggregate()["overall"] for name, r in results.items()}
     columns = metric_columns(ks, metrics)
+    cost = ["context_tokens", "latency_ms_p50"]   # a query's mean context tokens and median retrieval time (ms)
     tables = {}
     for g in GRANULARITIES:
-        rows = {name: {**agg[g], "context_tokens": agg["context_tokens"]} for name, agg in aggs.items() if g in agg}
+        rows = {name: {**agg[g], **{c: agg[c] for c in cost}} for name, agg in aggs.items() if g in agg}
         if rows:
             rows, competing = _labelled(rows)
-            tables[g] = markdown_table(rows, columns + ["context_tokens", "queries"], ranked=columns,
-                                       ranked_rows=competing)
+            tables[g] = markdown_table(rows, columns + cost + ["queries"], ranked=columns, ranked_rows=competing,
+                                       decimals={"latency_ms_p50": 3})
     if missing and not tables:
-        tables["turn"] = markdown_table({}, columns + ["context_tokens", "queries"], ranked=())
+        tables["turn"] = markdown_table({}, columns + cost + ["queries"], ranked=())
     for g in tables:
-        tables[g] += "".join(f"\n| {row_label(name)} | missing: {why} |" + " |" * (len(columns) + 1)
+        tables[g] += "".join(f"\n| {row_label(name)} | missing: {why} |" + " |" * (len(columns) + len(cost))
                              for name, why in missing.items()) if missing else ""
     return tables
 

@@ -55,6 +55,9 @@ def test_benchmark_md_has_header_tables_and_bold_best(report):
     session_rows = md.split("### session granularity")[1].split("\n\n")[1].splitlines()
     long_context = next(r for r in session_rows if r.startswith("| long_context |")).split(" | ")
     assert long_context[2] == "**1.0000**"  # session recall@3: every evidence session is in the top 3
+    assert session_rows[0].endswith("| mrr | context_tokens | latency_ms_p50 | queries |")
+    latency = out["metrics"]["synthetic"]["long_context"]["latency_ms_p50"]
+    assert latency > 0 and long_context[-3:] == ["28.0", f"{latency:.3f}", "3 |"]   # tokens, median ms, queries
     no_history = next(r for r in session_rows if r.startswith("| no_history |"))
     assert "**" not in no_history
     assert "| no_history | 3 | 1 | 3 | 1 | 1 |" in md  # scored, abstention, not earlier, no evidence, no granularity
