@@ -28,7 +28,10 @@ of a client never mixes two precisions), ``messages``, ``max_tokens`` (or ``max_
 ``temperature``, ``top_p``, ``stop``, ``seed``; not ``stream`` nor ``n`` > 1 (400). A prompt that does not fit the
 window beside ``max_tokens`` is a 400 with code ``context_length_exceeded``, as OpenAI and vLLM answer it (the
 openai backend raises :class:`~pipelines.llm.base.ContextWindowExceeded`: a product's writer counts it as refused).
-The answer is OpenAI's chat completion with ``usage``.
+The answer is OpenAI's chat completion with ``usage``. ``POST /tokenize`` (vLLM's, at the root) with ``messages``
+(rendered as a chat request renders them: what the window check counts) or a ``prompt`` string answers ``count``,
+``max_model_len`` and, for messages, the ``tokens``: the openai backend asks it for a product's window check, so a
+prompt is refused on its real count, not on an estimate.
 
 There is no response cache here: the clients keep theirs (the openai backend behind
 :class:`~pipelines.llm.cache.CachedLLM`).
@@ -243,6 +246,29 @@ class BatchingServer:
                                     f"{prompt + settings.max_new_tokens} tokens ({prompt} in the messages, "
                                     f"{settings.max_new_tokens} in the completion).", CONTEXT_LENGTH_EXCEEDED)
 
+    def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``/tokenize``: ``{"count", "max_model_len"[, "tokens"]}`` of ``messages`` (the prompt a chat request
+        makes of them) or of a ``prompt`` string (RequestError when it names another model or gives neither)."""
+        if body.get("model") not in (None, self.name):
+            raise RequestError(404, f"the model {body.get('model')!r} is not served here; this server serves "
+                                    f"{self.name!r}.", "model_not_found")
+        out: dict[str, Any] = {"max_model_len": self.llm.context_window}
+        if "messages" in body:
+            messages = body["messages"]
+            try:
+                check_messages([messages])
+            except ConfigError as e:
+                raise RequestError(400, str(e)) from None
+            encode = getattr(self.llm, "encode", None)
+            if encode is not None:
+                out["tokens"] = list(encode(messages))
+            out["count"] = len(out["tokens"]) if encode is not None else self.llm.count_prompt_tokens(messages)
+        elif isinstance(body.get("prompt"), str):
+            out["count"] = self.llm.count_tokens(body["prompt"])
+        else:
+            raise RequestError(400, "a /tokenize request gives messages (a chat) or prompt (a string).")
+        return out
+
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """The chat completion answering one request body (RequestError when refused)."""
         if body.get("model") != self.name:
@@ -292,7 +318,9 @@ class BatchingServer:
                     self._error(404, f"no such path: {self.path}")
 
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-                if self.path.rstrip("/") != "/v1/chat/completions":
+                answer = {"/v1/chat/completions": server.complete, "/tokenize": server.tokenize,
+                          "/v1/tokenize": server.tokenize}.get(self.path.rstrip("/"))
+                if answer is None:
                     self._error(404, f"no such path: {self.path}")
                     return
                 try:
@@ -300,7 +328,7 @@ class BatchingServer:
                     body = json.loads(self.rfile.read(length) or b"{}")
                     if not isinstance(body, dict):
                         raise RequestError(400, "the request body must be a JSON object.")
-                    self._send(200, server.complete(body))
+                    self._send(200, answer(body))
                 except json.JSONDecodeError as e:
                     self._error(400, f"the request body is not JSON: {e}")
                 except RequestError as e:

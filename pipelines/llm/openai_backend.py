@@ -23,6 +23,12 @@ server needs none (``EMPTY`` is sent when the variable is unset). ``repr``, ``id
 messages name the variable, never the key (a server that echoes the key back has it replaced by
 ``$<VARIABLE>``). Token counts come from the response's ``usage``; a server that sends none gets an estimate
 (4 characters a token, ``extra["estimated_tokens"]``).
+
+A prompt's tokens (:meth:`OpenAILLM.count_prompt_tokens`, which a memory product's writer checks against the window
+before asking) are the server's own count when the server lists the model's window: vLLM's ``POST /tokenize``
+(at the server's root, beside ``/v1``; ``python -m pipelines serve-llm`` answers it too) with the conversation,
+rendered by the model's chat template as a chat request is. A server without it (a 404, or no window listed) gets
+the estimate; that server's own refusal of a prompt over its window is still read (ContextWindowExceeded).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class OpenAILLM(LLM):
         self.base_url = str(config.base_url).rstrip("/")
         self._client: Any = None
         self._window: tuple[int | None] | None = None
+        self._tokenizes: bool | None = None   # whether the server answers /tokenize (None: not asked yet)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -118,6 +125,47 @@ class OpenAILLM(LLM):
                 log.debug("%s: no model list at %s (%s)", self.label, self.base_url, self.scrub(str(err)))
             self._window = (window,)
         return self._window[0]
+
+    @property
+    def tokenize_url(self) -> str:
+        """vLLM's tokenizer endpoint: ``/tokenize`` at the server's root (``base_url`` without its ``/v1``)."""
+        root = self.base_url[:-len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        return f"{root}/tokenize"
+
+    def count_prompt_tokens(self, messages: Messages) -> int:
+        """The server's count of the prompt's tokens (its ``/tokenize``) when it lists the model's window and
+        answers it; otherwise the estimate (see the module docstring)."""
+        if self._tokenizes is not False and self.context_window is not None:
+            count = self._server_count(messages)
+            if count is not None:
+                return count
+        return super().count_prompt_tokens(messages)
+
+    def _server_count(self, messages: Messages) -> int | None:
+        """``count`` of the server's ``POST /tokenize`` of ``messages``; None when it cannot say (remembered when
+        the server has no such endpoint)."""
+        import httpx
+
+        body = {"model": self.config.model, "messages": [dict(m) for m in messages], "add_generation_prompt": True}
+        try:
+            response = httpx.post(self.tokenize_url, json=body, timeout=min(self.config.timeout_s, 60.0),
+                                  headers={"Authorization": f"Bearer {self._key()}"})
+        except httpx.HTTPError as err:
+            log.debug("%s: no token count from %s (%s)", self.label, self.tokenize_url, self.scrub(str(err)))
+            return None
+        if response.status_code in (404, 405, 501):
+            self._tokenizes = False
+            log.info("%s: the server at %s has no /tokenize: prompt tokens are estimated (4 characters a token) "
+                     "for the window check; the server's own refusals still count", self.label, self.base_url)
+            return None
+        try:
+            response.raise_for_status()
+            count = int(response.json()["count"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+            log.debug("%s: no token count from %s (%s)", self.label, self.tokenize_url, self.scrub(str(err)))
+            return None
+        self._tokenizes = True
+        return count
 
     def close(self) -> None:
         with self._lock:

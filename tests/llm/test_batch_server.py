@@ -1,6 +1,7 @@
 """The batching server (pipelines/llm/batch_server.py) over the tiny random Llama: requests waiting together are
 answered in one batch with the answers one-at-a-time calls give, a failing request fails alone, and the openai
-backend talks to it as to any OpenAI-compatible server (its window refusals included); `serve-llm` starts it."""
+backend talks to it as to any OpenAI-compatible server (its window refusals and vLLM's /tokenize included);
+`serve-llm` starts it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from pipelines.llm import ContextWindowExceeded, GenerationSettings, LLMConfig, LLMError
 from pipelines.llm.base import LLM, Completion
-from pipelines.llm.batch_server import Batcher, BatchingServer, served_name
+from pipelines.llm.batch_server import Batcher, BatchingServer, RequestError, served_name
 from pipelines.llm.local import LocalLLM
 from pipelines.llm.openai_backend import OpenAILLM
 from pipelines.llm.serve import BatchingServerProcess
@@ -163,15 +164,59 @@ def test_refusals_are_openai_errors_the_backend_reads(server):
     assert err.value.code == 400 and "stream is not supported" in err.value.read().decode()
 
 
-def test_a_products_writer_counts_a_prompt_the_server_refuses_for_its_window(server):
-    """The writer's own check estimates 4 characters a token (300 here, under the window of 1024); the server counts
-    the real tokens (bytes of a letter outside the tiny vocabulary: over 1024) and refuses: counted as refused."""
+def post(url, body):
+    request = urllib.request.Request(url, method="POST", data=json.dumps(body).encode())
+    with urllib.request.urlopen(request) as r:
+        return json.load(r)
+
+
+def test_tokenize_counts_as_the_window_check_does_and_the_backend_asks_it(server, local):
+    root = server.base_url.removesuffix("/v1")
+    answer = post(f"{root}/tokenize", {"model": "tiny", "messages": conv("Alice moved to Paris")})
+    assert answer == {"max_model_len": 1024, "tokens": local.encode(conv("Alice moved to Paris")),
+                      "count": local.count_prompt_tokens(conv("Alice moved to Paris"))}
+    assert post(f"{root}/tokenize", {"prompt": "Bob likes tea"}) == {"max_model_len": 1024,
+                                                                     "count": local.count_tokens("Bob likes tea")}
+    for body, code in (({"model": "other", "prompt": "a"}, 404), ({"model": "tiny"}, 400)):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            post(f"{root}/tokenize", body)
+        assert err.value.code == code
+    backend = client(server)
+    assert backend.tokenize_url == f"{root}/tokenize"
+    for text in ("Alice" * 900, "\u0436" * 1200, "the quick brown fox " * 10):
+        assert backend.count_prompt_tokens(conv(text)) == local.count_prompt_tokens(conv(text))
+
+
+def test_a_products_writer_checks_the_window_on_the_servers_count(server):
+    """4,500 characters of "Alice" are 903 tokens of the tiny tokenizer (estimated 1,125: over the window of 1024);
+    1,200 of a letter outside its vocabulary are 2,403 (estimated 300)."""
     config = LLMConfig(backend="openai", model="tiny", base_url=server.base_url, max_new_tokens=8)
     chat = LLMChat(OpenAILLM(config), config, role="peer.llm")
-    with pytest.raises(PromptTooLong, match="maximum context length"):
+    assert chat(conv("Alice" * 900)) == OpenAILLM(config).generate([conv("Alice" * 900)], S)[0].text.strip()
+    with pytest.raises(PromptTooLong, match="window of 1024 tokens"):
         chat(conv("\u0436" * 1200))
     assert chat.refused_too_long == 1
-    assert chat(conv("Bob likes tea")) == OpenAILLM(config).generate([conv("Bob likes tea")], S)[0].text.strip()
+
+
+class NoTokenize(BatchingServer):
+    """A server without /tokenize (as transformers serve, or a vLLM behind a proxy that only passes /v1)."""
+
+    def tokenize(self, body):
+        raise RequestError(404, "no such path: /tokenize")
+
+
+def test_without_tokenize_the_writer_estimates_and_counts_the_servers_refusal(local):
+    """The writer's own check estimates 4 characters a token (300 here, under the window of 1024); the server counts
+    the real tokens and refuses: counted as refused."""
+    with NoTokenize(local, "tiny", port=0, batch_size=4, gather_s=0.05) as server:
+        config = LLMConfig(backend="openai", model="tiny", base_url=server.base_url, max_new_tokens=8)
+        backend = OpenAILLM(config)
+        assert backend.count_prompt_tokens(conv("a" * 400)) == 100 + 8 and backend._tokenizes is False
+        chat = LLMChat(backend, config, role="peer.llm")
+        with pytest.raises(PromptTooLong, match="maximum context length"):
+            chat(conv("\u0436" * 1200))
+        assert chat.refused_too_long == 1
+        assert chat(conv("Bob likes tea")) == OpenAILLM(config).generate([conv("Bob likes tea")], S)[0].text.strip()
 
 
 def test_serve_llm_command_serves_a_model_folder(tiny_llama, tmp_path):
