@@ -35,7 +35,11 @@ prompt length, longest first (less padding, and a batch too big for memory fails
 ``batch_size``, left-padded (a decoder-only model continues from the last position of each row), and generated
 greedily unless the temperature is above 0 (then sampled with ``top_p``, no top-k, from ``settings.seed``: a
 sampled answer depends on its chunk). The text stops at the model's end-of-sequence token or the first of
-``settings.stop`` (not included); answers return in input order. ``prompt_tokens`` counts the templated prompt,
+``settings.stop`` (not included); answers return in input order. The keys and values of a chunk are kept in a
+static cache (``cache_implementation="static"``, allocated once for the chunk's longest prompt and
+``max_new_tokens``; not compiled): the default dynamic cache grows each layer's tensors by a copy every step. On 2
+CPU cores, 4 of Graphiti's real prompts of 2,880 tokens in bfloat16 decode at 64 ms a step against 73, with the
+same tokens (``/work/notes`` of session 42). ``prompt_tokens`` counts the templated prompt,
 ``completion_tokens`` the tokens generated (the end-of-sequence token included). The loaded model and tokenizer are
 kept per process (``functools.lru_cache`` on folder, dtype and device): a reader and a judge on the same model load
 it once.
@@ -477,7 +481,8 @@ class LocalLLM(LLM):
                                 temperature=float(settings.temperature) if sample else None,
                                 top_p=float(settings.top_p) if sample else None, top_k=0 if sample else None,
                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
-                                stop_strings=list(settings.stop) or None)
+                                stop_strings=list(settings.stop) or None,
+                                cache_implementation="static", disable_compile=True)
 
     def _completion(self, row: list[int], prompt_tokens: int, settings: GenerationSettings, generation: Any,
                     latency: float) -> Completion:
