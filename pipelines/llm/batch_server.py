@@ -19,7 +19,8 @@ them together; requests that arrive meanwhile make the next batch. The oldest re
 starves. Greedy answers do not
 depend on the batch, up to the last float bits of a padded row (identical on the requests above); sampled ones
 depend on their batch, as :meth:`~pipelines.llm.local.LocalLLM.generate` says. When a batch fails, each of its
-requests is asked again alone, so only the failing one gets the error.
+requests is asked again alone, so only the failing one gets the error. A request whose client closed its connection
+while it waited (a shard killed, to be resumed later) is dropped when the worker takes it, never generated.
 
 HTTP (the stdlib's ``ThreadingHTTPServer``: one thread per connection): ``GET /health``; ``GET /v1/models`` (the
 served id, and ``max_model_len``, the model's window, as vLLM sends it); ``POST /v1/chat/completions`` with
@@ -42,6 +43,8 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import select
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -66,11 +69,16 @@ class RequestError(Exception):
         self.status, self.code = status, code
 
 
+class ClientGone(Exception):
+    """The client of a request closed its connection before the request was generated: it is dropped."""
+
+
 @dataclass
 class _Job:
     messages: Messages
     settings: GenerationSettings
     future: Future = field(default_factory=Future)
+    alive: Callable[[], bool] | None = None   # whether the client still waits (its connection is open)
 
 
 def _size(job: _Job) -> int:
@@ -105,9 +113,11 @@ class Batcher:
         if self._worker is not None:
             self._worker.join()
 
-    def submit(self, messages: Messages, settings: GenerationSettings) -> Future:
-        """The future answer to one conversation."""
-        job = _Job(messages, settings)
+    def submit(self, messages: Messages, settings: GenerationSettings,
+               alive: Callable[[], bool] | None = None) -> Future:
+        """The future answer to one conversation; ``alive()`` says whether its client still waits (a request whose
+        client went away is dropped before it is generated, its future failing with :class:`ClientGone`)."""
+        job = _Job(messages, settings, alive=alive)
         with self._cond:
             if self._closed:
                 raise LLMError("the batching server is shutting down")
@@ -123,6 +133,9 @@ class Batcher:
                 return None
         time.sleep(self.gather_s)             # let near-simultaneous requests join the batch
         with self._cond:
+            self._queue = [j for j in self._queue if self._waited_for(j)]
+            if not self._queue:
+                return []
             first = self._queue[0]
             jobs = [j for j in self._queue if j.settings == first.settings]
             if len(jobs) > self.batch_size:   # the oldest and those closest to it in length: less padding
@@ -131,9 +144,19 @@ class Batcher:
             self._queue = [j for j in self._queue if id(j) not in taken]
             return jobs
 
+    @staticmethod
+    def _waited_for(job: _Job) -> bool:
+        """False (and the job's future failed) when its client went away: a killed shard's requests are not
+        generated for nobody."""
+        if job.alive is None or job.alive():
+            return True
+        job.future.set_exception(ClientGone("the client closed its connection before the request was generated"))
+        log.info("serve-llm: dropped a request whose client went away")
+        return False
+
     def _loop(self) -> None:
         while (jobs := self._take()) is not None:
-            if self.check is not None:        # the tokenizer is used on this thread only
+            if self.check is not None:
                 jobs = [j for j in jobs if self._passes(j)]
             if jobs:
                 self.batches.append(len(jobs))
@@ -197,6 +220,10 @@ class BatchingServer:
         self.llm, self.name, self.host = llm, name, host
         self.defaults = defaults or GenerationSettings()
         self.batcher = Batcher(llm, batch_size, gather_s, check=self.check_window)
+        if llm.context_window is not None:
+            # /tokenize encodes on the HTTP threads while the worker generates: the tokenizer's first encode, which
+            # sets its truncation and padding (a write), is made here; later ones only read it
+            llm.count_prompt_tokens([{"role": "user", "content": "a"}])
         self._ids = itertools.count(1)
         self._httpd = ThreadingHTTPServer((host, port), self._handler())
         self._httpd.daemon_threads = True
@@ -269,8 +296,9 @@ class BatchingServer:
             raise RequestError(400, "a /tokenize request gives messages (a chat) or prompt (a string).")
         return out
 
-    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The chat completion answering one request body (RequestError when refused)."""
+    def complete(self, body: dict[str, Any], alive: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """The chat completion answering one request body (RequestError when refused; ClientGone when ``alive()``
+        says its client went away before it was generated)."""
         if body.get("model") != self.name:
             raise RequestError(404, f"the model {body.get('model')!r} is not served here; this server serves "
                                     f"{self.name!r}.", "model_not_found")
@@ -280,7 +308,7 @@ class BatchingServer:
         except ConfigError as e:
             raise RequestError(400, str(e)) from None
         settings = _settings(body, self.defaults)
-        answer: Completion = self.batcher.submit(messages, settings).result()  # type: ignore[arg-type]
+        answer: Completion = self.batcher.submit(messages, settings, alive).result()  # type: ignore[arg-type]
         return {"id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": int(time.time()),
                 "model": self.name,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
@@ -305,6 +333,14 @@ class BatchingServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _alive(self) -> bool:
+                """Whether the client still holds its connection open (no end of stream waits to be read)."""
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    return not readable or self.connection.recv(1, socket.MSG_PEEK) != b""
+                except OSError:
+                    return False
+
             def _error(self, status: int, message: str, code: str | None = None) -> None:
                 kind = "invalid_request_error" if status < 500 else "server_error"
                 self._send(status, {"error": {"message": message, "type": kind, "code": code}})
@@ -318,8 +354,8 @@ class BatchingServer:
                     self._error(404, f"no such path: {self.path}")
 
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-                answer = {"/v1/chat/completions": server.complete, "/tokenize": server.tokenize,
-                          "/v1/tokenize": server.tokenize}.get(self.path.rstrip("/"))
+                answer = {"/v1/chat/completions": lambda body: server.complete(body, self._alive),
+                          "/tokenize": server.tokenize, "/v1/tokenize": server.tokenize}.get(self.path.rstrip("/"))
                 if answer is None:
                     self._error(404, f"no such path: {self.path}")
                     return
@@ -333,6 +369,8 @@ class BatchingServer:
                     self._error(400, f"the request body is not JSON: {e}")
                 except RequestError as e:
                     self._error(e.status, str(e), e.code)
+                except (ClientGone, BrokenPipeError, ConnectionResetError):
+                    log.info("serve-llm: a client went away before its answer")
                 except Exception as e:  # noqa: BLE001 - the model failed: the client retries or reports it
                     log.warning("serve-llm: a request failed: %s: %s", type(e).__name__, e)
                     self._error(500, f"{type(e).__name__}: {e}")

@@ -6,6 +6,8 @@ backend talks to it as to any OpenAI-compatible server (its window refusals and 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 import urllib.request
 
@@ -13,7 +15,7 @@ import pytest
 
 from pipelines.llm import ContextWindowExceeded, GenerationSettings, LLMConfig, LLMError
 from pipelines.llm.base import LLM, Completion
-from pipelines.llm.batch_server import Batcher, BatchingServer, RequestError, served_name
+from pipelines.llm.batch_server import Batcher, BatchingServer, ClientGone, RequestError, served_name
 from pipelines.llm.local import LocalLLM
 from pipelines.llm.openai_backend import OpenAILLM
 from pipelines.llm.serve import BatchingServerProcess
@@ -107,6 +109,63 @@ def test_a_failing_request_fails_alone_and_the_rest_of_its_batch_is_answered():
     finally:
         batcher.close()
     assert llm.asked == [["x", "boom", "y"], ["x"], ["boom"], ["y"]]
+
+
+def test_a_request_whose_client_went_away_is_dropped_not_generated():
+    llm = Recording()
+    batcher = Batcher(llm, gather_s=0)
+    futures = [batcher.submit(conv(t), S, alive=lambda gone=(t == "gone"): not gone) for t in ["x", "gone", "y"]]
+    batcher.start()
+    try:
+        assert [futures[0].result(timeout=10).text, futures[2].result(timeout=10).text] == ["X", "Y"]
+        with pytest.raises(ClientGone):
+            futures[1].result(timeout=10)
+    finally:
+        batcher.close()
+    assert llm.asked == [["x", "y"]]
+
+
+class Gated(Recording):
+    """Recording, but each batch waits for ``gate`` (the worker is busy while requests queue up)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Event()
+
+    def generate(self, batch, settings, progress=None):
+        self.gate.wait(10)
+        return super().generate(batch, settings, progress)
+
+
+def test_the_server_drops_the_request_of_a_client_that_closed_its_connection():
+    llm = Gated()
+    with BatchingServer(llm, "rec", port=0, batch_size=1, gather_s=0) as server:
+        first = threading.Thread(target=post, args=(f"{server.base_url}/chat/completions",
+                                                    {"model": "rec", "messages": conv("first")}))
+        first.start()                                    # the worker takes it and waits at the gate
+        wait_until(lambda: llm.asked == [] and not server.batcher._queue and server.batcher.batches == [1])
+        body = json.dumps({"model": "rec", "messages": conv("killed")}).encode()
+        with socket.create_connection(("127.0.0.1", server.port)) as killed:   # a shard killed while it waits
+            killed.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            wait_until(lambda: len(server.batcher._queue) == 1)
+        answers = []
+        later = threading.Thread(target=lambda: answers.append(post(f"{server.base_url}/chat/completions",
+                                                                    {"model": "rec", "messages": conv("later")})))
+        later.start()
+        wait_until(lambda: len(server.batcher._queue) == 2)
+        llm.gate.set()
+        first.join(10)
+        later.join(10)
+        assert answers[0]["choices"][0]["message"]["content"] == "LATER"
+    assert llm.asked == [["first"], ["later"]]           # "killed" was never generated
+
+
+def wait_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def test_requests_arriving_within_the_gather_time_join_one_batch():
