@@ -75,6 +75,7 @@ class OpenAILLM(LLM):
         self._client: Any = None
         self._window: tuple[int | None] | None = None
         self._tokenizes: bool | None = None   # whether the server answers /tokenize (None: not asked yet)
+        self._http: Any = None                # the httpx client of /tokenize (one connection pool)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -147,9 +148,13 @@ class OpenAILLM(LLM):
         import httpx
 
         body = {"model": self.config.model, "messages": [dict(m) for m in messages], "add_generation_prompt": True}
+        with self._lock:
+            if self._http is None:
+                self._http = httpx.Client(timeout=min(self.config.timeout_s, 60.0),
+                                          headers={"Authorization": f"Bearer {self._key()}"})
+            http = self._http
         try:
-            response = httpx.post(self.tokenize_url, json=body, timeout=min(self.config.timeout_s, 60.0),
-                                  headers={"Authorization": f"Bearer {self._key()}"})
+            response = http.post(self.tokenize_url, json=body)
         except httpx.HTTPError as err:
             log.debug("%s: no token count from %s (%s)", self.label, self.tokenize_url, self.scrub(str(err)))
             return None
@@ -172,6 +177,9 @@ class OpenAILLM(LLM):
             if self._client is not None:
                 self._client.close()
                 self._client = None
+            if self._http is not None:
+                self._http.close()
+                self._http = None
 
     def generate(self, batch: Sequence[Messages], settings: GenerationSettings,
                  progress: Callable[[int], None] | None = None,
