@@ -41,7 +41,8 @@ and from the reference readers', judges scored the answers), its section gains a
 ``accuracy_vs_tokens.png`` (pipelines.evaluate.answers.section says what each shows).
 
 "Best" is the highest value for every retrieval metric; ``context_tokens`` (mean over queries),
-``latency_ms_p50`` (median time of a query's retrieval, ms) and ``queries`` are reported, not ranked. A column where every strategy ties has no bold value. An oracle strategy (its
+``latency_ms_p50`` (median time of a query's retrieval, ms) and ``queries`` are reported, not ranked.
+A column where every strategy ties has no bold value. An oracle strategy (its
 class's ``oracle`` says why, e.g. ``egocentric_gold`` reads the dataset's own memories) is a row labelled
 ``name (oracle)`` that never takes the bold, with a note under the tables; metrics.json keeps its name.
 """

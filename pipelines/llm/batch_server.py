@@ -286,10 +286,12 @@ class BatchingServer:
                 check_messages([messages])
             except ConfigError as e:
                 raise RequestError(400, str(e)) from None
-            encode = getattr(self.llm, "encode", None)
-            if encode is not None:
+            encode = getattr(self.llm, "encode", None)   # the local backend's token ids; others only count
+            if encode is None:
+                out["count"] = self.llm.count_prompt_tokens(messages)
+            else:
                 out["tokens"] = list(encode(messages))
-            out["count"] = len(out["tokens"]) if encode is not None else self.llm.count_prompt_tokens(messages)
+                out["count"] = len(out["tokens"])
         elif isinstance(body.get("prompt"), str):
             out["count"] = self.llm.count_tokens(body["prompt"])
         else:

@@ -130,8 +130,7 @@ class OpenAILLM(LLM):
     @property
     def tokenize_url(self) -> str:
         """vLLM's tokenizer endpoint: ``/tokenize`` at the server's root (``base_url`` without its ``/v1``)."""
-        root = self.base_url[:-len("/v1")] if self.base_url.endswith("/v1") else self.base_url
-        return f"{root}/tokenize"
+        return f"{self.base_url.removesuffix('/v1')}/tokenize"
 
     def count_prompt_tokens(self, messages: Messages) -> int:
         """The server's count of the prompt's tokens (its ``/tokenize``) when it lists the model's window and
