@@ -80,6 +80,7 @@ from pipelines.training.checkpoint import (TrainerState, adapter_only_checkpoint
                                            remove_partial, save_checkpoint)
 from pipelines.training.config import CUDA_GRAPH_MODES, ZERO3_WITH_QUANTIZED, TrainConfig, TrainSummary, TrainTask
 from pipelines.training.data import dataset_length, evaluate, training_collate, training_sampler
+from pipelines.training.jit_locks import refuse_stale_build_locks
 from pipelines.training.model_card import render_model_card
 from pipelines.training.schedule import lr_multiplier, set_lr
 
@@ -474,6 +475,8 @@ def train(task: TrainTask, config: TrainConfig, tracker=None, progress: bool = T
     if missing:
         raise ConfigError(f"{type(task).__name__} is not a TrainTask: it lacks {', '.join(missing)}.")
     stage = zero_stage(config)  # from TrainConfig.deepspeed or the launcher's environment
+    if stage is not None:
+        refuse_stale_build_locks()  # a killed build's lock would make DeepSpeed wait forever for its ops
 
     # The model is built before the Accelerator so that a refused backend fails here, before DeepSpeed's engine
     # starts and before anything is written; under ZeRO-3 it is built partitioned (zero.Init, build_partitioned).
