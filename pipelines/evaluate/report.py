@@ -104,7 +104,9 @@ def writers_markdown(run: SuiteRun) -> list[str]:
             markdown_table(rows, columns, ranked=(), row_label="strategy: writer (model)",
                            decimals={c: (1 if c == "seconds" else 0) for c in columns}), "",
             "What each memory writer of the LLM layer (pipelines/memory/writers.py) did in this suite: requests, "
-            "those answered from the response cache, prompt and completion tokens, wall seconds of the calls, "
+            "those answered from the response cache, the prompt and completion tokens of every request (those "
+            "answered from the cache as they were counted when asked: the same figures on a rerun), wall seconds "
+            "of this run's calls, "
             "prompts cut to the model's window; G-Long's extractor: utterances read, triplets written, and how its "
             "answers parsed (parsed: a well-formed JSON list; repaired: read after a fix; unparseable: no triplet); "
             "a memory product's model (pipelines/memory/peers): prompts over the model's window (refused, never "

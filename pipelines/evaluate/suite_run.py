@@ -101,8 +101,11 @@ class SuiteRun:
                 if r.memory and name not in EMPTY_BY_DESIGN}
 
 
-WRITER_COLUMNS = {"calls": "requests", "hits": "cache hits", "misses": "asked", "prompt_tokens": "prompt tokens",
-                  "completion_tokens": "completion tokens", "seconds": "seconds", "truncated": "cut to window",
+# the tokens of every request, answered now or from the response cache (the same figures on a rerun or a resume);
+# "seconds" are this run's wall seconds of the calls
+WRITER_COLUMNS = {"calls": "requests", "hits": "cache hits", "misses": "asked",
+                  "request_prompt_tokens": "prompt tokens", "request_completion_tokens": "completion tokens",
+                  "seconds": "seconds", "truncated": "cut to window",
                   "utterances": "utterances", "triplets": "triplets", "parse/valid": "parsed",
                   "parse/repaired": "repaired", "parse/dropped": "unparseable",
                   # a memory product's calls (pipelines/memory/peers, LLMChat): prompts refused for the model's

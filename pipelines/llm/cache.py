@@ -14,7 +14,10 @@ the wrapped backend for the misses only (each distinct request once), and return
 the hits with ``cached=True``. It never loads a model itself, so a run served wholly from the cache never loads
 one. ``forget(batch, settings)`` removes the stored answers to given requests (a memory writer forgetting a
 turn). ``stats()`` counts, per instance: ``calls`` (conversations asked), ``hits``, ``misses``, the tokens the
-backend spent on the misses, their cost when a price is configured, and the seconds spent in the backend.
+backend spent on the misses (``prompt_tokens``, ``completion_tokens``), their cost when a price is configured, the
+seconds spent in the backend, and the tokens of every call, hits included (``request_prompt_tokens``,
+``request_completion_tokens``, a hit's as its stored answer counted them): what the requests themselves hold, the
+same whichever run asked them first, so a run resumed or repeated from the cache reports the same figures.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ class CachedLLM(LLM):
         self.backend = llm.backend
         self.prices = (price_prompt_per_1m, price_completion_per_1m)
         self._stats = {"calls": 0, "hits": 0, "misses": 0, "prompt_tokens": 0, "completion_tokens": 0,
-                       "seconds": 0.0}
+                       "seconds": 0.0, "request_prompt_tokens": 0, "request_completion_tokens": 0}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -181,6 +184,9 @@ class CachedLLM(LLM):
         for i, key in enumerate(keys):
             if results[i] is None:       # a repeat of a request asked in this batch is served as a cache hit
                 results[i] = received[key] if first[key] == i else dataclasses.replace(received[key], cached=True)
+        with self._lock:                 # every call's tokens, hits included
+            self._stats["request_prompt_tokens"] += sum(c.prompt_tokens for c in results)  # type: ignore[union-attr]
+            self._stats["request_completion_tokens"] += sum(c.completion_tokens for c in results)  # type: ignore
         return results  # type: ignore[return-value]
 
     def forget(self, batch: Sequence[Messages], settings: GenerationSettings) -> int:
@@ -191,7 +197,7 @@ class CachedLLM(LLM):
 
     def stats(self) -> dict[str, Any]:
         """calls, hits, misses, prompt_tokens and completion_tokens spent on the misses, cost_usd (None without
-        a price), seconds in the backend."""
+        a price), seconds in the backend; request_prompt_tokens and request_completion_tokens of every call."""
         with self._lock:
             out: dict[str, Any] = dict(self._stats)
         pp, pc = self.prices

@@ -69,6 +69,10 @@ def test_a_rerun_is_served_from_the_cache_with_stats(tmp_path):
         "calls": 3, "hits": 1, "misses": 2, "prompt_tokens": 3, "completion_tokens": 4}
     assert stats["cost_usd"] == pytest.approx((3 * 2.0 + 4 * 10.0) / 1e6) and stats["seconds"] >= 0
     assert again.stats()["cost_usd"] is None and (again.stats()["hits"], again.stats()["misses"]) == (2, 1)
+    # every call's tokens, hits included: a is 1 + 2, bb 2 + 2, c 1 + 2, as counted when each was asked
+    assert (stats["request_prompt_tokens"], stats["request_completion_tokens"]) == (4, 6)
+    assert (again.stats()["request_prompt_tokens"], again.stats()["request_completion_tokens"]) == (4, 6)
+    assert (again.stats()["prompt_tokens"], again.stats()["completion_tokens"]) == (1, 2)   # spent: c alone
 
 
 @pytest.mark.parametrize("change", ["settings", "model", "messages", "role"])

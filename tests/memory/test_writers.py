@@ -335,7 +335,7 @@ def test_an_llm_extractor_is_the_graphs_extractor_interface():
     assert extractor.report()["model"] == "local:canned" and "calls" not in extractor.report()   # no cache, no stats
 
 
-def test_the_benchmark_reports_what_each_writer_did_in_its_run(fake, episode, tmp_path):
+def test_the_benchmark_reports_what_each_writer_did_in_its_run(fake, episode, tmp_path, monkeypatch):
     """run_protocol records each LLM writer's figures for its own run (a second run: every answer from the cache,
     no new utterance parsed twice), and the suite report prints them as a table and writer/... metrics."""
     from pipelines.evaluate.protocol import ProtocolConfig, run_protocol
@@ -363,3 +363,13 @@ def test_the_benchmark_reports_what_each_writer_did_in_its_run(fake, episode, tm
     md = "\n".join(writers_markdown(run))
     assert "### Language-model writers" in md and "graph: graph.extractor_llm (" in md
     assert run.metrics()["graph"]["writer/graph.extractor_llm/unparseable"] == 1.0
+
+    # a new process (a resumed shard, a rerun): every answer from the response cache, the same token figures
+    monkeypatch.setattr(writers, "_SHARED", {})
+    again = run_protocol([episode], "graph", config, settings)
+    [w2] = again.writers
+    assert (w2["calls"], w2["hits"], w2["misses"], w2["prompt_tokens"], w2["completion_tokens"]) == (9, 9, 0, 0, 0)
+    [row2] = writer_rows(SuiteRun(suite, 1, {"graph": again}, {}, DEFAULT_COUNTER)).values()
+    assert row["prompt tokens"] > 0 and row["completion tokens"] > 0
+    assert (row2["prompt tokens"], row2["completion tokens"], row2["cache hits"], row2["asked"]) == \
+        (row["prompt tokens"], row["completion tokens"], 9.0, 0.0)
