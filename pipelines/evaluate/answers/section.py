@@ -77,13 +77,14 @@ def judge_order(run: AnswerRun, summary: Summary) -> list[str]:
 
 
 def stats_line(role: str, label: str, stats: Mapping[str, Any]) -> str:
-    """One header line: a model's calls, cache hits and misses, tokens, cost and seconds."""
+    """One header line: a model's calls, cache hits and misses, the tokens and cost of the misses (what this run
+    asked; the table's ``prompt_tokens`` is every answer's, cached or not), and seconds."""
     if not stats:
         return f"- {role} calls: `{label}` (no response cache: calls not counted)"
     cost = stats.get("cost_usd")
     return (f"- {role} calls: {stats.get('calls', 0)} ({stats.get('hits', 0)} from the response cache, "
             f"{stats.get('misses', 0)} asked), {stats.get('prompt_tokens', 0):,} prompt and "
-            f"{stats.get('completion_tokens', 0):,} completion tokens, "
+            f"{stats.get('completion_tokens', 0):,} completion tokens asked, "
             + (f"cost ${cost:.4f}" if cost is not None else "cost not priced (no price configured)")
             + f", {float(stats.get('seconds', 0.0)):.1f} s")
 

@@ -44,9 +44,9 @@ def test_answers_section_names_models_calls_and_labels_rows(report):
     md = (root / "benchmark.md").read_text()
     assert "### Answers (qa)" in md
     assert "- reader: `local:smollm2-135m-instruct` (prompt `default`); judge: `local:smollm2-135m-instruct`" in md
-    assert ("- reader calls: 15 (5 from the response cache, 10 asked), 1,234 prompt and 56 completion tokens, "
+    assert ("- reader calls: 15 (5 from the response cache, 10 asked), 1,234 prompt and 56 completion tokens asked, "
             "cost not priced (no price configured), 2.5 s") in md
-    assert "- judge calls: 10 (0 from the response cache, 10 asked), 4,321 prompt and 99 completion tokens, " \
+    assert "- judge calls: 10 (0 from the response cache, 10 asked), 4,321 prompt and 99 completion tokens asked, " \
            "cost $0.0123" in md
     assert "- questions: 3 per reader of the 5 answerable" in md and "evidence_not_earlier: 2" in md
     table = _block(md, "#### Setting `context`")
