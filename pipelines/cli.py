@@ -197,7 +197,7 @@ def cmd_serve_llm(args) -> int:
     llm.loaded_model()                                  # converted and loaded before the first request
     name = args.name or served_name(args.model, llm.dtype)
     server = BatchingServer(llm, name, host=args.host, port=args.port, batch_size=args.batch_size,
-                            gather_s=args.gather_ms / 1000)
+                            gather_s=args.gather_ms / 1000, max_pad_ratio=args.max_pad_ratio)
     logging.getLogger("mnemos").info(
         "serving %s (%s, %s, batches of up to %d) at %s; a strategy's or reader's llm: {backend: openai, base_url: "
         "%s, model: %s}", name, llm.dtype, llm.device, args.batch_size, server.base_url, server.base_url, name)
@@ -349,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--batch-size", type=int, default=8, help="requests generated together at most (default 8)")
     serve.add_argument("--gather-ms", type=float, default=50.0,
                        help="how long a batch waits for requests arriving together with its first (default 50)")
+    serve.add_argument("--max-pad-ratio", type=float, default=2.0,
+                       help="a batch's longest prompt at most this many times its shortest: the others wait for the "
+                            "next batch rather than be padded (default 2)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--name", help="the model id clients ask for (default: the model's name, with @DTYPE unless "

@@ -97,6 +97,30 @@ def test_a_full_batch_takes_the_oldest_and_the_requests_closest_to_it_in_length(
     assert llm.asked == [["short", "shorts"], ["a much longer request", "another long request!"]]
 
 
+def test_a_batch_pads_no_prompt_beyond_max_pad_ratio_times_its_shortest(caplog):
+    """A long request waiting with short ones goes alone (padding the short ones to its length would multiply their
+    work); the short ones make the next batch, up to batch_size, the oldest first."""
+    llm = Recording()
+    batcher = Batcher(llm, batch_size=3, gather_s=0, max_pad_ratio=2.0)
+    texts = ["a" * 2000, "b" * 600, "c" * 700, "d" * 1100, "e" * 800, "g" * 900, "h" * 3, "i" * 500]
+    futures = [batcher.submit(conv(t), S) for t in texts]
+    with caplog.at_level("INFO", logger="mnemos"):
+        batcher.start()
+        try:
+            assert [f.result(timeout=10).text for f in futures] == [t.upper() for t in texts]
+        finally:
+            batcher.close()
+    # 2,000 takes 1,100 (within 2x), not 800 (2.5x) nor shorter; then 600 (the oldest left) with the closest, 700
+    # and 500 (under PAD_FLOOR: counted as 512); then 800 with 900 and 3 (counted as 512). Each in arrival order.
+    assert [[len(t) for t in batch] for batch in llm.asked] == [[2000, 1100], [600, 700, 500], [800, 900, 3]]
+    assert "serve-llm: a batch of 3 (prompts of 500 to 700 characters) in " in caplog.text
+
+
+def test_max_pad_ratio_below_one_is_refused():
+    with pytest.raises(ValueError, match="max_pad_ratio must be at least 1"):
+        Batcher(Recording(), max_pad_ratio=0.5)
+
+
 def test_a_failing_request_fails_alone_and_the_rest_of_its_batch_is_answered():
     llm = Recording()
     batcher = Batcher(llm, gather_s=0)
