@@ -36,11 +36,13 @@ prompt length, longest first (less padding, and a batch too big for memory fails
 greedily unless the temperature is above 0 (then sampled with ``top_p``, no top-k, from ``settings.seed``: a
 sampled answer depends on its chunk). The text stops at the model's end-of-sequence token or the first of
 ``settings.stop`` (not included); answers return in input order. The keys and values of a chunk are kept in a
-static cache (``cache_implementation="static"``, allocated once for the chunk's longest prompt and
-``max_new_tokens``; not compiled): the default dynamic cache grows each layer's tensors by a copy every step. On 2
-CPU cores, 4 of Graphiti's real prompts of 2,880 tokens in bfloat16 decode at 64 ms a step against 73, with the
-same tokens (``/work/notes`` of session 42). ``prompt_tokens`` counts the templated prompt,
-``completion_tokens`` the tokens generated (the end-of-sequence token included). The loaded model and tokenizer are
+static cache (``StaticCache``, allocated once for the chunk's longest prompt and ``max_new_tokens``; not compiled):
+the default dynamic cache grows each layer's tensors by a copy every step. On 2 CPU cores, 4 of Graphiti's real
+prompts of 2,880 tokens in bfloat16 decode at 64 ms a step against 73, with the same tokens (``/work/notes`` of
+session 42). The chunk passes its own cache: with ``cache_implementation="static"`` transformers (5.23) sizes every
+later cache of the model to the longest it ever made (to spare recompiling), so in serve-llm, after a batch of two
+7,500-token prompts, 8 requests of about 1,000 tokens took 132 s where a fresh server took 40 s (session 43).
+``prompt_tokens`` counts the templated prompt, ``completion_tokens`` the tokens generated (the end-of-sequence token included). The loaded model and tokenizer are
 kept per process (``functools.lru_cache`` on folder, dtype and device): a reader and a judge on the same model load
 it once.
 """
@@ -434,6 +436,7 @@ class LocalLLM(LLM):
         """See the module docstring; ``on_result(i, completion)`` as each chunk finishes (the response cache
         stores them then, so a killed run keeps every finished chunk)."""
         import torch
+        from transformers import StaticCache
 
         check_messages(batch)
         if not batch:
@@ -456,9 +459,10 @@ class LocalLLM(LLM):
                 chunk = order[start:start + size]
                 began = time.perf_counter()
                 ids, mask = left_pad([prompts[i] for i in chunk], tokenizer.pad_token_id)
+                cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + settings.max_new_tokens)
                 with torch.inference_mode():
                     out = model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                         generation_config=generation,
+                                         generation_config=generation, past_key_values=cache,
                                          tokenizer=tokenizer if settings.stop else None)
                 share = (time.perf_counter() - began) / len(chunk)
                 for i, row in zip(chunk, out[:, ids.shape[1]:].tolist()):
@@ -481,8 +485,7 @@ class LocalLLM(LLM):
                                 temperature=float(settings.temperature) if sample else None,
                                 top_p=float(settings.top_p) if sample else None, top_k=0 if sample else None,
                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
-                                stop_strings=list(settings.stop) or None,
-                                cache_implementation="static", disable_compile=True)
+                                stop_strings=list(settings.stop) or None, disable_compile=True)
 
     def _completion(self, row: list[int], prompt_tokens: int, settings: GenerationSettings, generation: Any,
                     latency: float) -> Completion:

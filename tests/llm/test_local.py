@@ -47,6 +47,28 @@ def test_batched_greedy_answers_equal_one_at_a_time_in_input_order(tiny_llama, t
         assert c.prompt_tokens == len(batched.encode(messages))
 
 
+def test_each_chunk_keeps_a_static_cache_of_its_own_length_after_a_longer_one(tiny_llama, tmp_path, monkeypatch):
+    """A chunk's keys and values sit in a static cache sized for its own longest prompt and max_new_tokens, even
+    after a longer chunk of the same model (transformers' cache_implementation="static" would keep the longest)."""
+    import transformers
+
+    made = []
+
+    class Recorded(transformers.StaticCache):
+        def __init__(self, *args, max_cache_len, **kw):
+            made.append(max_cache_len)
+            super().__init__(*args, max_cache_len=max_cache_len, **kw)
+
+    monkeypatch.setattr(transformers, "StaticCache", Recorded)
+    llm = build(tiny_llama, tmp_path, batch_size=8)
+    settings = GenerationSettings(max_new_tokens=5)
+    long_, short = conversations()[4], conversations()[3]          # the longest question and "tea"
+    answers = llm.generate([long_], settings) + llm.generate([short], settings)
+    assert made == [len(llm.encode(long_)) + 5, len(llm.encode(short)) + 5]
+    assert [c.text for c in answers] == [llm.generate([m], settings)[0].text for m in (long_, short)]
+    assert llm.generate([short], settings)[0].completion_tokens == len(reference(llm, short, 5))
+
+
 def test_rows_are_padded_on_the_left_with_a_mask():
     ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
