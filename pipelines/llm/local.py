@@ -42,9 +42,9 @@ prompts of 2,880 tokens in bfloat16 decode at 64 ms a step against 73, with the 
 session 42). The chunk passes its own cache: with ``cache_implementation="static"`` transformers (5.23) sizes every
 later cache of the model to the longest it ever made (to spare recompiling), so in serve-llm, after a batch of two
 7,500-token prompts, 8 requests of about 1,000 tokens took 132 s where a fresh server took 40 s (session 43).
-``prompt_tokens`` counts the templated prompt, ``completion_tokens`` the tokens generated (the end-of-sequence token included). The loaded model and tokenizer are
-kept per process (``functools.lru_cache`` on folder, dtype and device): a reader and a judge on the same model load
-it once.
+``prompt_tokens`` counts the templated prompt, ``completion_tokens`` the tokens generated (the end-of-sequence
+token included). The loaded model and tokenizer are kept per process (``functools.lru_cache`` on folder, dtype and
+device): a reader and a judge on the same model load it once.
 """
 
 from __future__ import annotations
