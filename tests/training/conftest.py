@@ -47,6 +47,16 @@ def tracker():
 
 
 @pytest.fixture
+def no_launcher_env(monkeypatch):
+    """A clean environment: no launcher variable of the test runner's own leaks into the run."""
+    import os
+
+    for key in [k for k in os.environ if k.startswith("ACCELERATE_")]:
+        monkeypatch.delenv(key)
+    return monkeypatch
+
+
+@pytest.fixture
 def one_thread():
     """Bit-exact comparisons between runs need the same intra-op thread count (subprocesses use 1)."""
     before = torch.get_num_threads()

@@ -75,10 +75,8 @@ def test_the_root_is_torchs(tmp_path, monkeypatch):
     assert root.parent.name == "torch_extensions" and root.name.startswith("py3")
 
 
-def test_a_deepspeed_run_stops_before_anything_is_written(tmp_path, monkeypatch):
-    for key in [k for k in os.environ if k.startswith("ACCELERATE_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+def test_a_deepspeed_run_stops_before_anything_is_written(tmp_path, no_launcher_env):
+    no_launcher_env.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     make_lock(tmp_path / "ext", "deepspeed_shm_comm", age_s=3600)
     config = TrainConfig(output_dir=str(tmp_path / "run"), deepspeed=str(DEPLOY_DIR / "deepspeed" / "zero2.json"),
                          max_steps=2, batch_size=4)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -193,17 +192,15 @@ class FourBitBaseTask:
     valid_dataset = collate = compute_loss = save_final = train_dataset
 
 
-def test_a_4bit_from_pretrained_with_a_device_map_is_refused_under_zero3(tmp_path, tracker, monkeypatch, tiny_llama):
+def test_a_4bit_from_pretrained_with_a_device_map_is_refused_under_zero3(tmp_path, tracker, no_launcher_env,
+                                                                         tiny_llama):
     pytest.importorskip("bitsandbytes")
     from transformers.integrations import is_deepspeed_zero3_enabled
-
-    for key in [k for k in os.environ if k.startswith("ACCELERATE_")]:
-        monkeypatch.delenv(key)
 
     def refuse(config):
         raise AssertionError("the Accelerator was built: the ZeRO-3 refusal came too late")
 
-    monkeypatch.setattr(engine, "build_accelerator", refuse)
+    no_launcher_env.setattr(engine, "build_accelerator", refuse)
     config = TrainConfig(output_dir=str(tmp_path / "run"), deepspeed=str(ZERO3_JSON), max_steps=2, batch_size=4)
     with pytest.raises(ConfigError) as err:
         engine.train(FourBitBaseTask(tiny_llama), config, tracker=tracker, progress=False)

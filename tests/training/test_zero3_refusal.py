@@ -77,16 +77,6 @@ ZERO3_FLAGS = ("--use_deepspeed", "--zero_stage", "3", "--num_processes", "2")
 
 
 @pytest.fixture
-def no_launcher_env(monkeypatch):
-    """A clean environment: no launcher variable of the test runner's own leaks into the run."""
-    import os
-
-    for key in [k for k in os.environ if k.startswith("ACCELERATE_")]:
-        monkeypatch.delenv(key)
-    return monkeypatch
-
-
-@pytest.fixture
 def no_accelerator(monkeypatch):
     """The refusal must come before the Accelerator (and so before DeepSpeed starts)."""
     def refuse(config):
