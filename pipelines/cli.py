@@ -347,8 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     serve.add_argument("--prompt-format", default="auto", help="auto | chat | plain | raw (as llm.*.prompt_format)")
     serve.add_argument("--batch-size", type=int, default=8, help="requests generated together at most (default 8)")
-    serve.add_argument("--gather-ms", type=float, default=50.0,
-                       help="how long a batch waits for requests arriving together with its first (default 50)")
+    serve.add_argument("--gather-ms", type=float, default=2000.0,
+                       help="the longest a batch waits until as many requests wait as the last batch held: its "
+                            "clients ask again (default 2000)")
     serve.add_argument("--max-pad-ratio", type=float, default=2.0,
                        help="a batch's longest prompt at most this many times its shortest: the others wait for the "
                             "next batch rather than be padded (default 2)")

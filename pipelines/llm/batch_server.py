@@ -11,19 +11,24 @@ generated; ``/work/notes`` of session 41): about 35 s a request one at a time, 1
 batch (the same 8 texts as one at a time), 11.6 s in bfloat16; ``transformers serve --continuous-batching`` (paged
 attention) took 28.5 s a request.
 
-Batching (:class:`Batcher`): each request waits in a queue; one worker thread takes the oldest and the other
-waiting requests with the same generation settings (after ``gather_s`` for near-simultaneous arrivals), those
-closest to the oldest in length first, up to ``batch_size`` of them and only while the batch's longest prompt is at
-most ``max_pad_ratio`` times its shortest (a prompt under :data:`PAD_FLOOR` characters counts as that long), and
-generates them together; the others, and requests that arrive meanwhile, make the next batches. Every row of a
-batch is padded to its longest prompt: on 2 CPU cores, nine of LangMem's requests of 755 to 1,236 tokens batched
-with one of Graphiti's of 6,801 took 445 s, and a LangMem request of 862 tokens went in a batch of nine of
-Graphiti's of 6,971 to 7,650 (session 43's notes). Each batch is one log line: its size, its prompts' lengths in
-characters, its seconds. The oldest request always goes first: none starves. Greedy answers do not
-depend on the batch, up to the last float bits of a padded row (identical on the requests above); sampled ones
-depend on their batch, as :meth:`~pipelines.llm.local.LocalLLM.generate` says. When a batch fails, each of its
-requests is asked again alone, so only the failing one gets the error. A request whose client closed its connection
-while it waited (a shard killed, to be resumed later) is dropped when the worker takes it, never generated.
+Batching (:class:`Batcher`): each request waits in a queue; one worker thread takes the oldest and the other waiting
+requests with the same generation settings, those closest to the oldest in length first, up to ``batch_size`` of
+them and only while the batch's longest prompt is at most ``max_pad_ratio`` times its shortest (a prompt under
+:data:`PAD_FLOOR` characters counts as that long), and generates them together; the others, and requests that arrive
+meanwhile, make the next batches. Every row of a batch is padded to its longest prompt: on 2 CPU cores, nine of
+LangMem's requests of 755 to 1,236 tokens batched with one of Graphiti's of 6,801 took 445 s, and a LangMem request
+of 862 tokens went in a batch of nine of Graphiti's of 6,971 to 7,650 (session 43's notes). Before it takes a batch,
+the worker waits (``gather_s`` at most) until as many requests wait as its last batch held: the clients a batch
+answered get their answers together and ask again a moment later, each after its own work on the answer. Taken at
+once, the next batch would hold the one or two that came back first, and a small batch costs almost what a full one
+does: on 2 CPU cores a LangMem request took 30 s alone, 4.3 s each in a batch of 10 (session 44's notes). A client
+asking one request at a time waits for no one (its last batch held one); the first batch waits for a full one. Each
+batch is one log line: its size, its prompts' lengths in characters, its seconds. The oldest request always goes
+first: none starves. Greedy answers do not depend on the batch, up to the last float bits of a padded row (identical
+on the requests above); sampled ones depend on their batch, as :meth:`~pipelines.llm.local.LocalLLM.generate` says.
+When a batch fails, each of its requests is asked again alone, so only the failing one gets the error. A request
+whose client closed its connection while it waited (a shard killed, to be resumed later) is dropped when the worker
+takes it, never generated.
 
 HTTP (the stdlib's ``ThreadingHTTPServer``: one thread per connection): ``GET /health``; ``GET /v1/models`` (the
 served id, and ``max_model_len``, the model's window, as vLLM sends it); ``POST /v1/chat/completions`` with
@@ -100,7 +105,7 @@ def _padded(job: _Job) -> int:
 class Batcher:
     """Requests from many threads answered in batches by one worker (see the module docstring)."""
 
-    def __init__(self, llm: LLM, batch_size: int = 8, gather_s: float = 0.05,
+    def __init__(self, llm: LLM, batch_size: int = 8, gather_s: float = 2.0,
                  check: Callable[[Messages, GenerationSettings], None] | None = None, max_pad_ratio: float = 2.0):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}.")
@@ -112,6 +117,7 @@ class Batcher:
         self.check = check                    # refuses a request (raises) before it is generated, on the worker
         self.batches: list[int] = []          # the size of every batch generated, in order
         self._queue: list[_Job] = []
+        self._expected = batch_size           # requests a batch waits for: the last batch's size (the first: full)
         self._cond = threading.Condition()
         self._closed = False
         self._worker: threading.Thread | None = None
@@ -146,8 +152,10 @@ class Batcher:
                 self._cond.wait()
             if not self._queue:
                 return None
-        time.sleep(self.gather_s)             # let near-simultaneous requests join the batch
-        with self._cond:
+            deadline = time.monotonic() + self.gather_s   # the last batch's clients ask again: wait for them
+            while (len(self._queue) < self._expected and not self._closed
+                   and (left := deadline - time.monotonic()) > 0):
+                self._cond.wait(left)
             self._queue = [j for j in self._queue if self._waited_for(j)]
             if not self._queue:
                 return []
@@ -155,6 +163,7 @@ class Batcher:
             jobs = self._close_in_length(first, [j for j in self._queue[1:] if j.settings == first.settings])
             taken = set(map(id, jobs))
             self._queue = [j for j in self._queue if id(j) not in taken]
+            self._expected = len(jobs)
             return jobs
 
     def _close_in_length(self, first: _Job, others: list[_Job]) -> list[_Job]:
@@ -249,7 +258,7 @@ class BatchingServer:
     """The HTTP side (see the module docstring); a context manager (started on enter, stopped on exit)."""
 
     def __init__(self, llm: LLM, name: str, *, host: str = "127.0.0.1", port: int = 8000, batch_size: int = 8,
-                 gather_s: float = 0.05, defaults: GenerationSettings | None = None, max_pad_ratio: float = 2.0):
+                 gather_s: float = 2.0, defaults: GenerationSettings | None = None, max_pad_ratio: float = 2.0):
         self.llm, self.name, self.host = llm, name, host
         self.defaults = defaults or GenerationSettings()
         self.batcher = Batcher(llm, batch_size, gather_s, check=self.check_window, max_pad_ratio=max_pad_ratio)

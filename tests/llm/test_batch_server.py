@@ -192,7 +192,7 @@ def wait_until(condition, timeout=10.0):
         time.sleep(0.01)
 
 
-def test_requests_arriving_within_the_gather_time_join_one_batch():
+def test_the_first_batch_waits_the_gather_time_for_requests_arriving_together():
     llm = Recording()
     batcher = Batcher(llm, gather_s=0.5).start()
     try:
@@ -204,6 +204,37 @@ def test_requests_arriving_within_the_gather_time_join_one_batch():
     finally:
         batcher.close()
     assert batcher.batches == [3]
+
+
+def test_a_batch_waits_for_the_clients_the_last_one_answered_and_no_longer():
+    """Three clients answered together ask again one after another (each after its own work on the answer): the next
+    batch waits until all three wait, not only the first to come back; a batch of one client waits for no one."""
+    llm = Recording()
+    batcher = Batcher(llm, batch_size=3, gather_s=30)
+    first = [batcher.submit(conv(t), S) for t in "abc"]
+    second: dict[str, str] = {}
+
+    def client(i, future):
+        future.result(timeout=10)
+        time.sleep(0.2 * (i + 1))             # the client's own work on its answer
+        second[future.result().text] = batcher.submit(conv(future.result().text * 2), S).result(timeout=10).text
+
+    threads = [threading.Thread(target=client, args=(i, f)) for i, f in enumerate(first)]
+    for t in threads:
+        t.start()
+    batcher.start()
+    try:
+        for t in threads:
+            t.join(timeout=20)
+        assert second == {"A": "AA", "B": "BB", "C": "CC"}
+        assert batcher.batches == [3, 3]
+        batcher.gather_s = 0.5                # the other two clients are done: "d" waits for them 0.5 s, then goes
+        assert batcher.submit(conv("d"), S).result(timeout=10).text == "D"
+        batcher.gather_s = 30                 # one client asking one request at a time waits for no one
+        assert [batcher.submit(conv(t), S).result(timeout=10).text for t in "ef"] == ["E", "F"]
+    finally:
+        batcher.close()
+    assert batcher.batches == [3, 3, 1, 1, 1]
 
 
 def test_served_name_names_the_precision_unless_float32():
