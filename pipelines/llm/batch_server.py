@@ -20,15 +20,16 @@ LangMem's requests of 755 to 1,236 tokens batched with one of Graphiti's of 6,80
 of 862 tokens went in a batch of nine of Graphiti's of 6,971 to 7,650 (session 43's notes). Before it takes a batch,
 the worker waits (``gather_s`` at most) until as many requests wait as its last batch held: the clients a batch
 answered get their answers together and ask again a moment later, each after its own work on the answer. Taken at
-once, the next batch would hold the one or two that came back first, and a small batch costs almost what a full one
-does: on 2 CPU cores a LangMem request took 30 s alone, 4.3 s each in a batch of 10 (session 44's notes). A client
-asking one request at a time waits for no one (its last batch held one); the first batch waits for a full one. Each
-batch is one log line: its size, its prompts' lengths in characters, its seconds. The oldest request always goes
-first: none starves. Greedy answers do not depend on the batch, up to the last float bits of a padded row (identical
-on the requests above); sampled ones depend on their batch, as :meth:`~pipelines.llm.local.LocalLLM.generate` says.
-When a batch fails, each of its requests is asked again alone, so only the failing one gets the error. A request
-whose client closed its connection while it waited (a shard killed, to be resumed later) is dropped when the worker
-takes it, never generated.
+once, the next batch would hold the one or two that came back first, and a request alone costs about three times its
+share of a full batch: on 2 CPU cores a LangMem request of about 1,000 prompt tokens took 13 s alone, 4.3 s each in
+a batch of 10 (session 44's notes). A client asking one request at a time waits for no one (its last batch held
+one); the first batch waits for a full one. Each batch is one log line: its size, its prompts' lengths in
+characters, its seconds. The oldest request always goes first: none starves. Greedy answers do not depend on the
+batch, up to the last float bits of a padded row (identical on the requests above; of two LangMem requests generated
+alone in bfloat16, one differed from its answer in a batch, session 44); sampled ones depend on their batch, as
+:meth:`~pipelines.llm.local.LocalLLM.generate` says. When a batch fails, each of its requests is asked again alone,
+so only the failing one gets the error. A request whose client closed its connection while it waited (a shard
+killed, to be resumed later) is dropped when the worker takes it, never generated.
 
 HTTP (the stdlib's ``ThreadingHTTPServer``: one thread per connection): ``GET /health``; ``GET /v1/models`` (the
 served id, and ``max_model_len``, the model's window, as vLLM sends it); ``POST /v1/chat/completions`` with
