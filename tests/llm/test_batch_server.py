@@ -215,9 +215,9 @@ def test_a_batch_waits_for_the_clients_the_last_one_answered_and_no_longer():
     second: dict[str, str] = {}
 
     def client(i, future):
-        future.result(timeout=10)
+        text = future.result(timeout=10).text
         time.sleep(0.2 * (i + 1))             # the client's own work on its answer
-        second[future.result().text] = batcher.submit(conv(future.result().text * 2), S).result(timeout=10).text
+        second[text] = batcher.submit(conv(text * 2), S).result(timeout=10).text
 
     threads = [threading.Thread(target=client, args=(i, f)) for i, f in enumerate(first)]
     for t in threads:
