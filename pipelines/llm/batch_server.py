@@ -24,9 +24,10 @@ once, the next batch would hold the one or two that came back first, and a reque
 share of a full batch: on 2 CPU cores a LangMem request of about 1,000 prompt tokens took 13 s alone, 4.3 s each in
 a batch of 10 (session 44's notes). A client asking one request at a time waits for no one (its last batch held
 one); the first batch waits for a full one. Each batch is one log line: its size, its prompts' lengths in
-characters, its seconds. The oldest request always goes first: none starves. Greedy answers do not depend on the
-batch, up to the last float bits of a padded row (identical on the requests above; of two LangMem requests generated
-alone in bfloat16, one differed from its answer in a batch, session 44); sampled ones depend on their batch, as
+characters, its seconds. The oldest request always goes first: none starves. A padded row's logits differ from its
+unpadded ones in the last float bits, and a greedy answer can follow them: identical on the requests above, but of
+two LangMem requests generated alone in bfloat16, one differed from its answer in a batch (session 44); the response
+cache keeps a rerun's answers the same. Sampled answers depend on their batch, as
 :meth:`~pipelines.llm.local.LocalLLM.generate` says. When a batch fails, each of its requests is asked again alone,
 so only the failing one gets the error. A request whose client closed its connection while it waited (a shard
 killed, to be resumed later) is dropped when the worker takes it, never generated.
