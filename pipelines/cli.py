@@ -93,25 +93,62 @@ def cmd_ingest(args) -> int:
     return 0
 
 
-def _data_id(suite, path, config) -> str:
+def _data_id(suite, path, config, overrides: dict) -> tuple[str, dict, dict[str, str]]:
     """The fingerprint of a benchmark's data: the bytes of ``--path`` (or the suite's own path), else the synthetic
-    generator's settings."""
+    generator's settings; with those settings (none for a file) and where each came from (``data``, ``data.<key>``:
+    as :class:`~pipelines.evaluate.suite_run.Provenance` holds them)."""
+    from pipelines.config import value_origin
     from pipelines.evaluate.shards import data_digest
 
-    path = path if path is not None else suite.path
+    given = path is not None
+    path = path if given else suite.path
     if path is not None and Path(path).exists():
-        return data_digest([path])
-    return data_digest(extra={"seed": config.get("seed", 2022), **config.get("synthetic", {}), **suite.synthetic})
+        where = f"--path {path}" if given else suite.where("path")
+        return data_digest([path]), {}, {"data": f"the bytes of the data ({where})"}
+    synthetic = config.get("synthetic", {})
+    knobs = {"seed": config.get("seed", 2022), **synthetic, **suite.synthetic}
+    origins = {"data": "the synthetic data"}
+    for key in knobs:
+        origins[f"data.{key}"] = (suite.where(f"synthetic.{key}") if key in suite.synthetic
+                                  else value_origin(f"synthetic.{key}", overrides) if key in synthetic
+                                  else value_origin(key, overrides)) + " (the synthetic data)"
+    return data_digest(extra=knobs), knobs, origins
+
+
+def _settings_origins(settings: dict, config: dict, overrides: dict, models_root: str | None,
+                      root: Path) -> dict[str, str]:
+    """``settings.<strategy>.<setting>`` -> where the benchmark's value of each strategy setting came from, as the user
+    would name it (``--set benchmark.strategy_settings.<strategy>.<setting>``, the params.yaml key, ``--models-root``);
+    the suite file's own ``strategy_settings`` name themselves."""
+    from pipelines.config import value_origin
+    from pipelines.evaluate.suite import trained_models
+
+    configured = (config.get("benchmark") or {}).get("strategy_settings") or {}
+    origins = {}
+    for name, values in settings.items():
+        models = trained_models(name, root)
+        for key in values:
+            if key in (configured.get(name) or {}):
+                where = value_origin(f"benchmark.strategy_settings.{name}.{key}", overrides)
+            elif key == "batch_size":
+                where = value_origin("benchmark.embedding_batch_size", overrides)
+            elif key in models:
+                where = f"--models-root {models_root}" if models_root else "the project's models/ (--models-root)"
+            else:
+                where = f"benchmark.strategy_settings.{name}.{key} (the project's default)"
+            origins[f"settings.{name}.{key}"] = where
+    return origins
 
 
 def cmd_benchmark(args) -> int:
     import dataclasses
 
-    from pipelines.config import ROOT, resolve
+    from pipelines.config import ROOT, resolve, value_origin
     from pipelines.evaluate.answers.run import AnswerLLMs, AnswerSettings, evaluate_and_answer, evaluate_shard
     from pipelines.evaluate.report import write_report
     from pipelines.evaluate.shards import ShardSpec
     from pipelines.evaluate.suite import generation_defaults, load_suite, strategy_defaults, suite_episodes
+    from pipelines.evaluate.suite_run import Provenance
 
     merge_only = getattr(args, "merge_only", False)
     shards = args.shards if args.shards is not None else 1
@@ -120,16 +157,19 @@ def cmd_benchmark(args) -> int:
         raise ConfigError("merge takes no --shard: it joins all the --shards N shards written under --out.")
     if args.shard is not None and args.shards is None:
         raise ConfigError("--shard needs --shards N, the number of shards the suite is split into.")
-    config = resolve(_overrides(args))
+    overrides = _overrides(args)
+    config = resolve(overrides, overrides_origin="--set")
     suite = load_suite(args.suite)
-    if args.strategies:
-        suite = suite.with_overrides(strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()))
-    if args.max_episodes:
-        suite = suite.with_overrides(max_episodes=args.max_episodes)
+    # an option replaces the suite file's value: an error about it, or a merge of shards that differ, names the option
+    if args.strategies is not None:
+        suite = suite.with_overrides(strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip()),
+                                     origin="--strategies")
+    if args.max_episodes is not None:
+        suite = suite.with_overrides(max_episodes=args.max_episodes, origin="--max-episodes")
     if args.no_answers:
-        suite = dataclasses.replace(suite, answers=None)
+        suite = dataclasses.replace(suite, answers=None, given={**suite.given, "answers": "--no-answers"})
     if args.stream:
-        suite = dataclasses.replace(suite, stream=True)
+        suite = dataclasses.replace(suite, stream=True, given={**suite.given, "stream": "--stream"})
     if suite.stream and (suite.answers is not None or suite.generation):
         raise ConfigError(f"suite {suite.name!r} streams its data (stream: true), and a streamed run scores the "
                           f"retrieval only: add --no-answers" + (" and run a copy of the suite without "
@@ -138,7 +178,7 @@ def cmd_benchmark(args) -> int:
                                                                      **config.get("synthetic", {})},
                                config=config, corpus=False,
                                memo=None if args.validated_cache == "none" else args.validated_cache)
-    data_id = _data_id(suite, args.path, config)
+    data_id, data_settings, data_origins = _data_id(suite, args.path, config, overrides)
     root = Path(args.models_root) if args.models_root else ROOT
     settings = strategy_defaults(suite.strategies, root,
                                  embedding_batch_size=config.get("benchmark", {}).get("embedding_batch_size"))
@@ -155,9 +195,13 @@ def cmd_benchmark(args) -> int:
             settings.setdefault(strategy, {}).update(values)
     llm = config.get("llm") or {}
     answer_settings = AnswerSettings.from_config(llm, config.get("seed", 2022))
+    provenance = Provenance(origins={
+        **_settings_origins(settings, config, overrides, args.models_root, root), **data_origins, "shards": "--shards",
+        "protocol.answers": f"the questions the readers answer ({suite.where('answers')}, "
+                            f"{value_origin('llm.max_questions', overrides)})"}, data=data_settings)
     if args.shard is not None:   # one shard of N: its episodes' results under --out, merged later
         store = evaluate_shard(suite, published, settings, suite.answers is not None, answer_settings, shard,
-                               args.out, data_id=data_id, show_progress=not args.quiet)
+                               args.out, data_id=data_id, show_progress=not args.quiet, provenance=provenance)
         print(json.dumps({"suite": suite.name, "shard": shard.label, "episodes": len(store.done),
                           "missing": store.missing, "folder": str(store.folder)}))
         return 0
@@ -169,7 +213,8 @@ def cmd_benchmark(args) -> int:
     try:
         run, answered = evaluate_and_answer(suite, published, settings, llms, answer_settings,
                                             show_progress=not args.quiet, generation=generation,
-                                            run_dir=args.out, data_id=data_id, shards=shards)
+                                            run_dir=args.out, data_id=data_id, shards=shards,
+                                            provenance=provenance)
     finally:
         llms.close()
     out = write_report([run], args.out, profile=config.get("profile", "tiny"),

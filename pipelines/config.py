@@ -196,29 +196,34 @@ def load_params(path: Path | None = None) -> dict:
 GRAPH_KEYS = (("benchmark", "suites"), ("benchmark", "shards"))
 
 
-def _check_graph_keys(overrides: dict, params: dict, path: Path) -> None:
+def _check_graph_keys(overrides: dict, params: dict, path: Path, origin: str = OVERRIDES) -> None:
     """A ConfigError for a run-time override of a key in GRAPH_KEYS that differs from params.yaml's value."""
     for section, key in GRAPH_KEYS:
         given = (overrides.get(section) or {}).get(key) if isinstance(overrides.get(section), dict) else None
         if given is not None and given != (params.get(section) or {}).get(key):
-            raise ConfigError(f"{OVERRIDES}: {section}.{key}={given!r} would be ignored: it decides which stages "
+            raise ConfigError(f"{origin}: {section}.{key}={given!r} would be ignored: it decides which stages "
                               f"exist and what they read (the Dagster graph, dvc.yaml), so it is read from "
                               f"{path} only. Set it there.")
 
 
-def resolve(overrides: dict | None = None, params_file: Path | None = None) -> dict:
+def _profile(overrides: dict, params: dict) -> str:
+    return overrides.get("profile") or os.environ.get("MNEMOS_PROFILE") or params.get("profile", "tiny")
+
+
+def resolve(overrides: dict | None = None, params_file: Path | None = None, overrides_origin: str = OVERRIDES) -> dict:
     """The full resolved configuration: profile defaults < params.yaml < overrides, checked whole.
 
     Every key of each layer must be declared and every value must be accepted by the config dataclass
-    that reads it (pipelines.config_schema): a ConfigError otherwise, raised before any stage runs.
+    that reads it (pipelines.config_schema): a ConfigError otherwise, raised before any stage runs, naming the layer
+    the value came from (the overrides as ``overrides_origin`` says, e.g. the CLI's ``--set``; params.yaml's path).
     """
     path = Path(params_file or PARAMS_FILE)
     params = load_params(path)
     overrides = overrides or {}
     check_keys(params, str(path))
-    check_keys(overrides, OVERRIDES)
-    _check_graph_keys(overrides, params, path)
-    profile = overrides.get("profile") or os.environ.get("MNEMOS_PROFILE") or params.get("profile", "tiny")
+    check_keys(overrides, overrides_origin)
+    _check_graph_keys(overrides, params, path, overrides_origin)
+    profile = _profile(overrides, params)
     if profile not in PROFILES:
         raise ConfigError(f"profile {profile!r} is unknown; choose one of {sorted(PROFILES)}")
     defaults = f"profile {profile} (pipelines/config.py PROFILES)"
@@ -227,8 +232,34 @@ def resolve(overrides: dict | None = None, params_file: Path | None = None) -> d
     config = deep_merge(config, overrides)
     config["profile"] = profile
     check_values(config, path.parent,
-                 layers=[(OVERRIDES, overrides), (str(path), params), (defaults, PROFILES[profile])])
+                 layers=[(overrides_origin, overrides), (str(path), params), (defaults, PROFILES[profile])])
     return config
+
+
+def value_origin(dotted: str, overrides: dict | None = None, params_file: Path | None = None,
+                 overrides_origin: str = "--set") -> str:
+    """Where the resolved value of the dotted key comes from, as the user would name it: ``--set <key>`` (the
+    overrides, ``overrides_origin``), ``<key> in <params.yaml>``, ``<key> of profile <name>``, or ``<key> (default)``
+    when no layer sets it (the code's default)."""
+    def _sets(layer: dict, key: str) -> bool:
+        node: Any = layer
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    path = Path(params_file or PARAMS_FILE)
+    params = load_params(path) if path.exists() else {}
+    overrides = overrides or {}
+    if _sets(overrides, dotted):
+        return f"{overrides_origin} {dotted}"
+    if _sets(params, dotted):
+        return f"{dotted} in {path}"
+    profile = _profile(overrides, params)
+    if _sets(PROFILES.get(profile, {}), dotted):
+        return f"{dotted} of profile {profile}"
+    return f"{dotted} (default)"
 
 
 def stage_config(config: dict, sections: tuple[str, ...]) -> dict:

@@ -21,13 +21,19 @@ The same function serves every view of a stage: ``python -m pipelines run STAGE`
   (:mod:`pipelines.dvc_lock`), so DVC sees what Dagster or the CLI produced as up to date, and the
   models it trained are registered in the MLflow model registry (their files are logged to the run as
   the stage goes; the registry's new versions wait for the swap: :meth:`pipelines.tracking.Tracker.defer_registrations`).
-  (Under ``dvc repro`` DVC itself deletes a stage's outputs before running its command.)
+
+Under ``dvc repro`` the same holds: dvc.yaml declares every output ``persist: true``
+(:func:`pipelines.stages.dvc_yaml`), so DVC leaves the outputs in place for the runner instead of deleting them
+before the command, and writes the stage's dvc.lock entry only when the command succeeded. A run under ``dvc repro``
+that did not make every declared output fails before the swap (DVC would refuse to record it): the previous outputs
+stay, matching dvc.lock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,6 +169,11 @@ def _execute(stage: Stage, stage_cfg: dict, root: Path, *, track: bool, enforce_
             raise ValidationFailed(blocking_message(stage, result), rule=failed_blocking(result)[0].name)
         return result
     if writer:
+        unmade = staging.unmade() if os.environ.get("DVC_STAGE") else []
+        if unmade:  # DVC would fail the stage after the swap, leaving outputs that dvc.lock does not describe
+            staging.discard()
+            raise RuntimeError(f"stage {stage.run_name} did not write its declared output(s) {', '.join(unmade)}; "
+                               "dvc repro records every declared output, so the previous outputs are kept")
         staging.commit()
         result.metadata = staging.published(result.metadata)
     # complete outputs, in place: recorded in dvc.lock as `dvc repro` would (pipelines/dvc_lock.py says when not)

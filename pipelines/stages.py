@@ -52,8 +52,20 @@ def _plot_path(plot) -> str:
     return plot if isinstance(plot, str) else next(iter(plot))
 
 
+def _out(path: str, **flags) -> dict:
+    """One entry of a dvc.yaml ``outs`` or ``metrics`` list, always ``persist: true`` (see :func:`dvc_yaml`);
+    ``{partition}`` in the path of a partitioned stage's output becomes the ``foreach`` item."""
+    return {path.replace("{partition}", "${item}"): {**flags, "persist": True}}
+
+
 def dvc_yaml() -> str:
     """dvc.yaml generated from the registry: each stage runs ``bin/python -m pipelines run NAME``.
+
+    Every output is ``persist: true``: DVC leaves it in place when it runs the stage's command (by default it
+    deletes a stage's outputs first), so the runner's staging (:mod:`pipelines.staging`) keeps the last good
+    outputs under ``dvc repro`` too: they are replaced whole when the stage succeeds, and stay as they were when
+    it fails, is refused or is killed (DVC then leaves dvc.lock as it was). Persistent outputs are cached,
+    checked out and compared as any others; DVC only skips its run cache for such a stage.
 
     Metrics files go under ``metrics`` and plots (PNG or CSV) stay in git-ignored, uncached
     outs and are listed in the top-level ``plots`` section (a CSV plot may carry x/y/template).
@@ -61,7 +73,7 @@ def dvc_yaml() -> str:
     stages, plots = {}, []
     for stage in STAGES.values():
         plot_paths = {_plot_path(p) for p in stage.plots}
-        outs = [{o: {"cache": False}} if o in plot_paths else o
+        outs = [_out(o, cache=False) if o in plot_paths else _out(o)
                 for o in stage.outputs if o not in stage.metrics]
         entry = {
             "desc": stage.description.splitlines()[0] if stage.description else stage.name,
@@ -72,10 +84,9 @@ def dvc_yaml() -> str:
             "outs": outs,
         }
         if stage.metrics:
-            entry["metrics"] = [{m: {"cache": False}} for m in stage.metrics]
+            entry["metrics"] = [_out(m, cache=False) for m in stage.metrics]
         if stage.partitions:  # one DVC stage per key: <name>@<key>
             entry["cmd"] += " --partition ${item}"
-            entry["outs"] = [o.replace("{partition}", "${item}") if isinstance(o, str) else o for o in outs]
             entry = {"foreach": list(stage.partitions), "do": entry}
         stages[stage.name] = entry
         plots.extend(stage.plots)

@@ -12,7 +12,8 @@ folder holding one (the benchmark writes its report files into ``ctx.path("repor
 - Success, blocking checks passed (:meth:`Staging.commit`): ``SWAP`` is written (the outputs the run made),
   then each output in turn: the previous one is renamed to ``old/<output>``, the staged one renamed into
   place; a declared output the run did not make is moved aside too (the outputs are those of the run that
-  succeeded last); then the staging folder, ``old/`` included, is deleted.
+  succeeded last; under ``dvc repro``, which records every declared output, such a run fails before the swap
+  instead: :mod:`pipelines.runner`); then the staging folder, ``old/`` included, is deleted.
 - Failure, a failed blocking check, Ctrl-C (:meth:`Staging.discard`): the staging folder is deleted; the
   previous outputs were never touched.
 - SIGKILL: the staging folder stays until the next run of the same stage, whose :meth:`Staging.recover`
@@ -20,6 +21,10 @@ folder holding one (the benchmark writes its report files into ``ctx.path("repor
   deletes it (killed while the stage ran). A killed training stage resumes from the checkpoints of its run
   folder (``models/.runs/<stage>-<hash>``, :mod:`pipelines.training.stage`), which is not an output: the
   staging folder holds only the copy of the finished model.
+
+Under ``dvc repro`` as under the CLI and Dagster: dvc.yaml declares every output ``persist: true``
+(:func:`pipelines.stages.dvc_yaml`), so DVC does not delete the outputs before the stage's command and the
+swap is what replaces them; DVC writes the stage's dvc.lock entry only when the command succeeded.
 """
 
 from __future__ import annotations
@@ -102,6 +107,10 @@ class Staging:
     def discard(self) -> None:
         """Delete the staging folder: the run failed, the previous outputs stand as they were."""
         remove(self.folder)
+
+    def unmade(self) -> list[str]:
+        """The declared outputs this run did not make (the swap moves their previous versions aside)."""
+        return [out for out in self.outputs if not _exists(self.new / out)]
 
     def commit(self) -> None:
         """Put the staged outputs in place of the previous ones (module docstring); a kill midway leaves

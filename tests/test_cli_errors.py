@@ -111,6 +111,32 @@ def test_a_bad_shard_refuses_with_exit_8(root, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_bad_benchmark_value_names_where_it_came_from(root, tmp_path):
+    """Issue #48: a bad value is named by its origin: the command-line option that gave it (not the suite file's key
+    it replaces), the --set key, the params.yaml key, or the suite file and its key."""
+    bench = ["benchmark", "--suite", "synthetic", "--no-answers", "-q", *SMALL, "--out", str(tmp_path / "o")]
+    error = refused(run_cli([*bench, "--strategies", "bm25,nosuch"], root), 2, "--strategies: unknown strategy(ies) "
+                                                                               "['nosuch']")
+    assert "suite file" not in error
+    refused(run_cli([*bench, "--strategies", "bm25", "--max-episodes", "0"], root), 2,
+            "--max-episodes: must be a positive integer")
+    k1 = "benchmark.strategy_settings.bm25.k1"
+    refused(run_cli([*bench, "--strategies", "bm25", "--set", f"{k1}=-1"], root), 2, "(set in --set)", "bm25.k1")
+    (root / "params.yaml").write_text((root / "params.yaml").read_text().replace(
+        "strategy_settings: {}", "strategy_settings: {bm25: {k1: -2}}"))
+    refused(run_cli([*bench, "--strategies", "bm25"], root), 2, f"(set in {root / 'params.yaml'})", "-2")
+    suite = tmp_path / "mine.yaml"
+    suite.write_text("name: mine\nversion: 1\nsource: synthetic\nstrategies: [bm25, no_history]\n"
+                     "strategy_settings: {no_history: {context_k: 0}}\n")
+    refused(run_cli([*bench[:2], str(suite), *bench[3:], "--set", f"{k1}=1.2"], root), 2,
+            f"suite file {suite}, key 'strategy_settings.no_history.context_k'")
+    suite.write_text("name: mine\nversion: 1\nsource: synthetic\nstrategies: [bm25]\n"
+                     "strategy_settings: {bm25: {k2: 1}}\n")
+    refused(run_cli([*bench[:2], str(suite), *bench[3:], "--set", f"{k1}=1.2"], root), 2,
+            f"suite file {suite}, key 'strategy_settings.bm25.k2': memory strategy 'bm25' has no setting(s) ['k2']")
+    assert not (tmp_path / "o").exists()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

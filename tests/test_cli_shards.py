@@ -147,10 +147,64 @@ def test_merge_refuses_shards_of_another_configuration_or_data(project):
     other = run_cli(_bench(out, "--shards", "2", "--shard", "1", "--set", "synthetic.seed=7"), root)
     assert other.returncode == 0, other.stderr[-2000:]
     proc = run_cli(["merge", *_bench(out, "--shards", "2")[1:]], root)
-    _one_line_error(proc, "different runs", "data")
+    # the synthetic data's seed: params.yaml's in shard 0, the --set in shard 1, with both values
+    _one_line_error(proc, "different runs",
+                    f"seed in {root / 'params.yaml'} (the synthetic data): 2022 in shard 0-of-2",
+                    "--set synthetic.seed (the synthetic data): 7 in shard 1-of-2")
     proc = run_cli(["merge", *_bench(out, "--shards", "2", strategies="no_history,bm25")[1:]], root)
     assert "different runs" in proc.stderr or "other settings" in proc.stderr
     assert not (out / "metrics.json").exists()
+
+
+def test_a_refused_merge_names_the_options_that_differ_with_both_values(project):
+    """Issue #48: each differing value named as the user gave it (the option, the --set key, the suite file's key),
+    with the value of each side: never an internal part name, and --max-episodes is part of a run."""
+    root, tmp = project
+    out = tmp / "named"
+    k1 = "benchmark.strategy_settings.bm25.k1"
+    assert run_cli(_bench(out, "--shards", "2", "--shard", "0", "--set", f"{k1}=0.5"), root).returncode == 0
+    assert run_cli(_bench(out, "--shards", "2", "--shard", "1", "--max-episodes", "4"), root).returncode == 0
+    suite_file = REPO / "pipelines" / "evaluate" / "suites" / "synthetic.yaml"
+    error = _one_line_error(run_cli(["merge", *_bench(out, "--shards", "2")[1:]], root),
+                            f"--set {k1}: 0.5 in shard 0-of-2, not set in shard 1-of-2",
+                            f"suite file {suite_file}, key 'max_episodes': null in shard 0-of-2; "
+                            f"--max-episodes: 4 in shard 1-of-2")
+    assert "differ in: strategies" not in error
+    assert run_cli(_bench(out, "--shards", "2", "--shard", "0", "--max-episodes", "4"), root).returncode == 0
+    # the shards agree; this command does not: its --strategies and --max-episodes against the shards'
+    error = _one_line_error(run_cli(["merge", *_bench(out, "--shards", "2", strategies="no_history,bm25")[1:]], root),
+                            'the strategies that run): ["no_history", "bm25", "long_context"] in the shards, '
+                            '["no_history", "bm25"] in this command',
+                            "--max-episodes: 4 in the shards; suite file")
+    assert error.count("--strategies") == 1
+    assert not (out / "metrics.json").exists()
+
+
+LOCOMO = REPO / "tests" / "data" / "loaders" / "fixtures" / "locomo10_fixture.json"
+
+
+def test_where_the_caches_live_is_no_part_of_a_run(tmp_path):
+    """Issue #48: LoCoMo's shards run with --cache-dir (the embedding cache), --llm-cache-dir (the memory writers'
+    response cache) and --validated-cache, merged by the same command without them, report what the unsharded run
+    (default caches) reports: a cache's location changes no result, and the merge is not refused."""
+    root = tmp_project(tmp_path / "project")
+    base = ["--suite", "locomo", "--path", str(LOCOMO), "--strategies", "bm25,dense,session_summary", "--no-answers",
+            "-q"]
+    caches = ["--cache-dir", str(tmp_path / "D"), "--llm-cache-dir", str(tmp_path / "L"),
+              "--validated-cache", str(tmp_path / "V")]
+    whole = run_cli(["benchmark", *base, "--out", str(tmp_path / "whole")], root)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "sharded"
+    for i in range(2):
+        shard = run_cli(["benchmark", *base, *caches, "--out", str(out), "--shards", "2", "--shard", str(i)], root)
+        assert shard.returncode == 0, shard.stderr[-3000:]
+    assert list((tmp_path / "D").iterdir()), "the shards' embeddings went to --cache-dir"
+    merged = run_cli(["merge", *base, "--out", str(out), "--shards", "2"], root)
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    metrics, markdown, queries = _report(out)
+    assert set(metrics["locomo"]) >= {"bm25", "dense", "session_summary"}
+    assert all("missing" not in metrics["locomo"][s] for s in ("bm25", "dense", "session_summary"))
+    assert (metrics, markdown, queries) == _report(tmp_path / "whole")
 
 
 def test_a_killed_benchmark_resumes_after_its_finished_episodes(tmp_path):

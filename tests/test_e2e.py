@@ -189,6 +189,8 @@ def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
     raw = root / "data/raw/synthetic/test.jsonl"
     if not raw.exists():
         sh(project, "python", "-m", "pipelines", "run", "synthetic", "--no-track")
+    if not (root / "data/canonical/synthetic").exists():  # a last good canonical data set, which must survive
+        sh(project, "python", "-m", "pipelines", "run", "ingest_synthetic", "--no-track")
     lines = raw.read_text().splitlines()
     episode = json.loads(lines[1])
     query = next(q for q in episode["queries"] if q.get("evidence_turns"))
@@ -206,11 +208,11 @@ def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
     assert proc.returncode == 5   # bad data (pipelines.errors.EXIT_CODES)
     assert "test.jsonl" in proc.stderr and "line 2" in proc.stderr and "rule '" in proc.stderr
     assert _files(canonical) == before
-    # DVC deletes a stage's outputs before its command runs (then the stage fails: nothing is written);
-    # DVC would regenerate a corrupted stage output, so run the validating stage alone on it.
+    # dvc repro: the same (dvc.yaml's outputs persist: DVC leaves them to the runner, which keeps them when the
+    # stage fails). DVC would regenerate a corrupted stage output, so run the validating stage alone on it.
     repro = sh(project, "dvc", "repro", "--single-item", "ingest_synthetic", check=False)
     assert repro.returncode != 0 and "evidence" in repro.stderr + repro.stdout
-    assert not (root / "data/canonical/synthetic").exists()
+    assert _files(canonical) == before
 
     # Dagster: the blocking asset check fails and the downstream benchmark asset never runs.
     proc = sh(project, "dagster", "asset", "materialize", "-m", "assets.definitions",
@@ -218,7 +220,7 @@ def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
     log = proc.stdout + proc.stderr
     assert "ASSET_CHECK_EVALUATION" in log or "check" in log.lower()
     assert not (root / "reports/metrics.json").exists()
-    assert not (root / "data/canonical/synthetic").exists()
+    assert _files(canonical) == before
     report = json.loads((root / "reports/validation/synthetic.json").read_text())
     assert any(not r["passed"] for r in report["rules"])
 

@@ -128,6 +128,25 @@ def test_success_replaces_the_outputs_whole(registry, tmp_path, previous):
     assert no_staging_left(tmp_path)
 
 
+def test_under_dvc_repro_a_run_missing_a_declared_output_keeps_the_previous_ones(registry, tmp_path, previous,
+                                                                               monkeypatch):
+    # dvc.yaml's outputs persist (DVC leaves them to the swap) and DVC refuses to record a stage whose declared output
+    # is missing: the run fails before the swap, so the outputs stay those dvc.lock describes.
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "gone.md").write_text("the last good report")
+
+    def fn(ctx):
+        write_part(ctx)
+        return StageResult()
+
+    registry["demo"] = make_stage(fn, outputs=(OUT, "reports/gone.md"))
+    monkeypatch.setenv("DVC_STAGE", "demo")
+    with pytest.raises(RuntimeError, match="did not write its declared output.s. reports/gone.md"):
+        run_stage("demo", root=tmp_path, track=False)
+    assert snapshot(tmp_path / OUT) == previous and no_staging_left(tmp_path)
+    assert (tmp_path / "reports" / "gone.md").read_text() == "the last good report"
+
+
 def test_a_partition_stages_its_own_output(registry, tmp_path):
     def fn(ctx):
         target = ctx.path(f"reports/shards/{ctx.stage.partition}/suite")

@@ -47,13 +47,18 @@ def test_dvc_yaml_runs_the_cli_and_tracks_metrics_and_plots():
             assert entry["foreach"] == list(STAGES[name].partitions)
             entry = entry["do"]
             assert entry["cmd"] == f"bin/python -m pipelines run {name} --partition ${{item}}"
-            assert all("${item}" in o for o in entry["outs"] if isinstance(o, str))
+            assert all("${item}" in path for out in entry["outs"] for path in out)
         else:
             assert entry["cmd"] == f"bin/python -m pipelines run {name}"
         assert "profile" in entry["params"]
+        # Every output persists: DVC leaves it to the runner's staging swap instead of deleting it before the command,
+        # so a failed, refused or killed `dvc repro` of the stage keeps the last good outputs (tests/test_dvc_repro.py).
+        for out in [*entry["outs"], *entry.get("metrics", [])]:
+            ((path, flags),) = out.items()
+            assert flags.get("persist") is True, f"{name}: output {path} is not persist: true"
     # The DVC metrics are the headline figures, one file per suite and strategy; metrics.json is a plain out.
-    assert doc["stages"]["benchmark"]["metrics"] == [{"reports/headline": {"cache": False}}]
-    assert "reports/metrics.json" in doc["stages"]["benchmark"]["outs"]
+    assert doc["stages"]["benchmark"]["metrics"] == [{"reports/headline": {"cache": False, "persist": True}}]
+    assert {"reports/metrics.json": {"persist": True}} in doc["stages"]["benchmark"]["outs"]
     assert doc["plots"], "the benchmark plots are DVC plots"
 
 

@@ -118,7 +118,8 @@ class Session(_Model):
 
 
 class Query(_Model):
-    """A question asked in session ``session_id`` (None: after the last session).
+    """A question asked in session ``session_id`` (None: after the last session), by its turn ``turn_id`` when
+    the question is a turn of that session.
 
     Evidence is given at every granularity the source has: turn ids, session ids,
     memory ids. ``abstention`` marks questions with no answer in the history
@@ -127,6 +128,7 @@ class Query(_Model):
 
     id: Id
     session_id: Id | None = None
+    turn_id: Id | None = None  # the turn of session_id that asks it, when the question is one (RealMem)
     question: str
     answer: str = ""
     evidence_turns: list[Id] = Field(default_factory=list)
@@ -136,6 +138,10 @@ class Query(_Model):
     abstention: bool = False
     timestamp: datetime | None = None
     flags: list[str] = Field(default_factory=list)  # e.g. "evidence_not_earlier" (RealMem quirk)
+    # the turns of its session before turn_id: the conversation so far, which the assistant has read when it is
+    # asked. Filled by the temporal protocol when it asks (pipelines.evaluate.protocol.in_conversation), never by
+    # a loader nor written to a file: they are not in memory yet (their session is observed after its queries).
+    preceding: list[Turn] = Field(default_factory=list, exclude=True)
 
     _check = field_validator("id", "question")(_nonblank)
 

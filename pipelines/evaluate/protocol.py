@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from pipelines.data.schema import Episode, Query
+from pipelines.data.schema import Episode, Query, Session
 from pipelines.errors import ConfigError, DataError
 from pipelines.evaluate.metrics import longmemeval_turn2session, retrieval_metrics
 from pipelines.memory import MemoryStrategy, Retrieved, TokenCounter, build_strategy, pack_context
@@ -270,6 +270,18 @@ def answerable(episode: Episode) -> list[tuple[Query, str | None]]:
     return out
 
 
+def in_conversation(query: Query, session: Session | None) -> Query:
+    """``query`` as it is asked in ``session``: with the turns of that session before its own turn
+    (``Query.preceding``: the conversation so far, which the assistant has read; never in memory yet). A query
+    that is no turn of the session (LoCoMo's and LongMemEval's questions, asked after the last session) has none."""
+    if session is None or query.turn_id is None:
+        return query
+    ids = [t.id for t in session.turns]
+    if query.turn_id not in ids:
+        return query
+    return query.model_copy(update={"preceding": session.turns[:ids.index(query.turn_id)]})
+
+
 def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: ProtocolConfig,
                      name: str | None = None, contexts: list[AnswerContext] | None = None
                      ) -> tuple[list[QueryScore], list[Exclusion]]:
@@ -314,6 +326,8 @@ def evaluate_episode(episode: Episode, strategy: MemoryStrategy, config: Protoco
     def ask(query: Query, pos: int, session_index: int) -> None:
         def skip(reason: str) -> None:
             excluded.append(Exclusion(name, episode.id, query.id, reason))
+
+        query = in_conversation(query, sessions[pos] if pos < len(sessions) else None)
 
         wanted = request is not None and request.wants(episode.id, query.id)
         if query.abstention and not wanted:

@@ -18,6 +18,13 @@ again (the ``manifest.json`` fingerprint says which). When every episode of the 
 the one an unsharded run writes. It refuses shards of different runs (a fingerprint of the suite, the strategies'
 settings, the protocol, the answered questions and the data), a missing shard (named) and an unfinished one.
 
+A run's fingerprint (:func:`run_fingerprint`) holds what changes the results, never where a cache lives: a strategy
+setting named in :data:`CACHE_LOCATIONS` (or ending in ``_cache_dir``), at any depth of its settings, is left out
+(:func:`is_cache_location`), so shards run with ``--cache-dir D`` merge with a command that names another cache or
+none. The manifest keeps each value of the fingerprint beside its origin (the option or file key it came from, as
+the user typed it: ``--strategies``, ``--set benchmark.strategy_settings.bm25.k1``, a suite file's key): a merge of
+shards that differ names each value that differs, where it came from, and both values (:func:`differences`).
+
 Layout (under a run's folder, e.g. the CLI's ``--out``): ``shards/<suite>/<i>-of-<N>/{manifest.json,episodes.jsonl}``.
 """
 
@@ -28,6 +35,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,21 +109,46 @@ def data_digest(paths: Iterable[str | os.PathLike] = (), extra: Any = None) -> s
 CODE = ("pipelines/evaluate", "pipelines/memory", "pipelines/llm", "pipelines/rerank", "pipelines/emma",
         "pipelines/glong", "pipelines/mdr", "pipelines/models")  # what computes a strategy's results
 
+# Strategy settings that say where a cache lives, never what is computed: the embedding cache (``cache_dir``, the CLI's
+# --cache-dir), the language-model layer's response cache and converted models (``llm_cache_dir``, --llm-cache-dir),
+# the exported onnx/openvino encoders (``export_dir``). A cache serves what its key names, whatever its folder: these
+# keys (and any other ending in ``_cache_dir``, a plugin's) are left out of a run's fingerprint, at any depth of a
+# strategy's settings, and out of the models' digest (a cache fills as runs go: it is not a model). The other caches
+# of a benchmark never enter the fingerprint (the validated-file cache, --validated-cache; the readers' and judges'
+# response cache). Every other setting stays in.
+CACHE_LOCATIONS = frozenset({"cache_dir", "llm_cache_dir", "export_dir"})
+
+
+def is_cache_location(key: str) -> bool:
+    """Whether a strategy setting ``key`` names where a cache lives (:data:`CACHE_LOCATIONS`, or ``*_cache_dir``)."""
+    return key in CACHE_LOCATIONS or str(key).endswith("_cache_dir")
+
+
+def without_cache_locations(settings: Any) -> Any:
+    """``settings`` without the keys that say where a cache lives (:func:`is_cache_location`), nested mappings too."""
+    if isinstance(settings, Mapping):
+        return {k: without_cache_locations(v) for k, v in settings.items() if not is_cache_location(k)}
+    if isinstance(settings, (list, tuple)):
+        return [without_cache_locations(v) for v in settings]
+    return settings
+
 
 def code_digest(root: Path = Path(__file__).resolve().parents[2]) -> str:
     """sha256 of the source files that compute the results (a finished episode of older code is not reused)."""
     return sources_digest(root, CODE)
 
 
-def models_digest(settings: Mapping[str, Mapping[str, Any]]) -> str:
-    """The files of every model folder or file the strategies' settings name (path, size, modification time): a
-    model trained again under the same path makes another run."""
-    h = hashlib.sha256()
+def model_digests(settings: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """``"<strategy>.<setting>"`` -> a digest of the files of the model folder or file that setting names (path,
+    size, modification time), for every setting naming one that exists: a model trained again under the same path
+    makes another run. Cache locations (:func:`is_cache_location`) are not models."""
+    digests: dict[str, str] = {}
     for name in sorted(settings):
         for key, value in sorted(settings[name].items()):
-            if "cache" in key or not isinstance(value, str) or not value or "\n" in value or len(value) > 4096:
-                continue  # a cache folder fills as runs go: not a model
+            if is_cache_location(key) or not isinstance(value, str) or not value or "\n" in value or len(value) > 4096:
+                continue
             path = Path(value)
+            h = hashlib.sha256()
             try:
                 if not path.exists():
                     continue
@@ -125,26 +158,116 @@ def models_digest(settings: Mapping[str, Mapping[str, Any]]) -> str:
                     h.update(f"{name}.{key}:{f}:{stat.st_size}:{stat.st_mtime_ns}".encode("utf-8"))
             except OSError:
                 continue
-    return h.hexdigest()
+            digests[f"{name}.{key}"] = h.hexdigest()
+    return digests
+
+
+def models_digest(settings: Mapping[str, Mapping[str, Any]]) -> str:
+    """One digest of :func:`model_digests`: the files of every model the strategies' settings name."""
+    return _digest(model_digests(settings))
+
+
+def _answers_value(request: Any) -> dict[str, Any] | None:
+    """The answered questions, as a fingerprint value: how many, and a digest of which (None: no answers)."""
+    if request is None:
+        return None
+    return {"questions": len(request["queries"]), "digest": _digest(request)}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON gives it back (what the manifest holds, so a value read back compares equal)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 def run_fingerprint(suite_header: Mapping[str, Any], settings: Mapping[str, Mapping[str, Any]],
-                    config: ProtocolConfig, data: str, count: int) -> dict[str, Any]:
-    """What must be equal for two shards to belong to one run: the suite, each strategy's settings and the models
-    they name, the protocol, the answered questions, the data, the code and the number of shards (the shard index
-    is not part of it)."""
+                    config: ProtocolConfig, data: str, count: int, *, origins: Mapping[str, str] | None = None,
+                    data_settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What must be equal for two shards to belong to one run: the suite, each strategy's settings (but where its
+    caches live, :data:`CACHE_LOCATIONS`) and the models they name, the protocol, the answered questions, the data, the
+    code and the number of shards (the shard index is not part of it).
+
+    Besides the digests, ``values`` holds each of these as a flat key (``suite.<key>``, ``strategies`` (those that
+    run), ``settings.<strategy>.<setting>``, ``models.<strategy>.<setting>``, ``protocol.<key>``, ``data``,
+    ``data.<key>``, ``code``, ``shards``, ``format``) and ``origins`` where it came from, as the user typed it
+    (``origins`` given by the caller, e.g. ``{"settings.bm25.k1": "--set benchmark.strategy_settings.bm25.k1"}``;
+    a generic name otherwise): :func:`differences` names what differs between two runs. ``data_settings``: what made
+    the data when no file did (the synthetic generator's settings), each a ``data.<key>`` value."""
     answers = config.answers
     request = None if answers is None else {
         "queries": sorted(map(list, answers.queries)), "ks": list(answers.ks),
         "probes": {e: [q.id for q in qs] for e, qs in sorted(answers.probes.items())}}
     protocol = {"ks": list(config.ks), "budget_tokens": config.budget_tokens, "depth": config.depth,
                 "session_scoring": config.session_scoring, "answers": request}
-    parts = {"suite": dict(suite_header), "strategies": {k: dict(v) for k, v in settings.items()},
-             "models": models_digest(settings), "protocol": protocol, "data": data, "code": code_digest(),
-             "shards": count, "format": FORMAT}
+    strategies = {k: without_cache_locations(dict(v)) for k, v in settings.items()}
+    models = model_digests(settings)
+    parts = {"suite": dict(suite_header), "strategies": strategies, "models": _digest(models), "protocol": protocol,
+             "data": data, "code": code_digest(), "shards": count, "format": FORMAT}
+    values: dict[str, Any] = {f"suite.{k}": v for k, v in suite_header.items()}
+    values["strategies"] = list(settings)
+    values.update({f"settings.{name}.{k}": v for name, s in strategies.items() for k, v in s.items()})
+    values.update({f"models.{k}": v for k, v in models.items()})
+    values.update({"protocol.depth": config.depth, "protocol.answers": _answers_value(request), "data": data})
+    values.update({f"data.{k}": v for k, v in (data_settings or {}).items()})
+    values.update({"code": parts["code"], "shards": count, "format": FORMAT})
+    named = {"strategies": "the strategies that run", "protocol.depth": "the protocol's ranking depth",
+             "protocol.answers": "the questions the readers answer (the suite's answers, llm.max_questions)",
+             "data": "the data (its bytes, or the synthetic generator's settings)",
+             "code": f"the code that computes the results ({', '.join(CODE)})", "shards": "--shards",
+             "format": "the shard format (another version of mnemos)",
+             **{f"models.{k}": f"the files of the model {k} ({settings[k.split('.', 1)[0]][k.split('.', 1)[1]]})"
+                for k in models},
+             **{k: f"{k.split('.', 1)[1]} of the suite" for k in values if k.startswith("suite.")},
+             **{k: f"benchmark.strategy_settings.{k.split('.', 1)[1]}" for k in values if k.startswith("settings.")},
+             **{k: f"the synthetic data's {k.split('.', 1)[1]}" for k in values if k.startswith("data.")}}
+    given = dict(origins or {})
     return {"run": _digest(parts), "suite": _digest(parts["suite"]), "strategies": _digest(parts["strategies"]),
             "models": parts["models"], "protocol": _digest(protocol), "data": data, "code": parts["code"],
-            "shards": count}
+            "shards": count, "values": _plain(values),
+            "origins": {k: given.get(k) or named.get(k, k) for k in values}}
+
+
+PARTS = ("suite", "strategies", "models", "protocol", "data", "code", "shards")  # the digests, by part
+_UNSET = object()
+
+
+def _show(value: Any) -> str:
+    """A fingerprint value as a message shows it: a digest cut to 12 characters, anything else as JSON."""
+    if value is _UNSET:
+        return "not set"
+    if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value):
+        return f"{value[:12]}..."
+    if isinstance(value, dict) and "digest" in value:
+        value = {**value, "digest": f"{value['digest'][:12]}..."}
+    return json.dumps(value, sort_keys=True)
+
+
+def differences(first: Mapping[str, Any], second: Mapping[str, Any], first_is: str, second_is: str) -> list[str]:
+    """What differs between two run fingerprints, one line per value: where it came from, as the user typed it, and
+    its value in each (``first_is``, ``second_is``: e.g. "shard 0-of-2", "this command"). A strategy's settings are
+    compared where both run it; the data's bytes only where no setting that made them differs. The fingerprint of an
+    older manifest (no values) gives the parts that differ."""
+    a, b = first.get("values"), second.get("values")
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return [k for k in PARTS if first.get(k) != second.get(k)] or ["format"]
+    both = set(a.get("strategies") or ()) & set(b.get("strategies") or ())
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, _UNSET) != b.get(k, _UNSET)
+            and not (k.startswith(("settings.", "models.")) and k.split(".")[1] not in both)]
+    if any(k.startswith("data.") for k in keys):   # the settings that made the data say more than its digest
+        keys = [k for k in keys if k != "data"]
+    if "suite.answers" in keys:   # the answered questions follow the suite's answers (--no-answers)
+        keys = [k for k in keys if k != "protocol.answers"]
+    lines = []
+    origins_a, origins_b = first.get("origins") or {}, second.get("origins") or {}
+    for key in keys:
+        va, vb = a.get(key, _UNSET), b.get(key, _UNSET)
+        la = origins_a.get(key) or origins_b.get(key) or key
+        lb = origins_b.get(key) or la
+        if la == lb or va is _UNSET or vb is _UNSET:
+            label = la if va is not _UNSET else lb
+            lines.append(f"{label}: {_show(va)} in {first_is}, {_show(vb)} in {second_is}")
+        else:
+            lines.append(f"{la}: {_show(va)} in {first_is}; {lb}: {_show(vb)} in {second_is}")
+    return lines or ["the shard format (another version of mnemos)"]
 
 
 # --- one episode's results, as a line -------------------------------------------------------------------------
@@ -418,11 +541,11 @@ def merge(folders: Sequence[str | os.PathLike]) -> Merged:
     first_folder, first = manifests[0]
     for folder, m in manifests[1:]:
         if m["fingerprint"]["run"] != first["fingerprint"]["run"]:
-            differ = [k for k in ("suite", "strategies", "models", "protocol", "data", "code", "shards")
-                      if m["fingerprint"].get(k) != first["fingerprint"].get(k)]
+            differ = differences(first["fingerprint"], m["fingerprint"], f"shard {first['shard']}-of-{first['shards']}",
+                                 f"shard {m['shard']}-of-{m['shards']}")
             raise ShardError(f"shards {first_folder} and {folder} come from different runs (they differ in: "
-                             f"{', '.join(differ) or 'format'}): merge only the shards of one run, or rerun the "
-                             f"odd ones with the same settings and data.")
+                             f"{'; '.join(differ)}): merge only the shards of one run, or rerun the odd ones with "
+                             f"the same settings and data.")
     count = first["shards"]
     indices: dict[int, Path] = {}
     for folder, m in manifests:

@@ -192,12 +192,21 @@ class Suite:
     stream: bool = False      # read the published file one block of episodes at a time (see above)
     stream_block: int = 16    # streamed: episodes per block
     file: str = ""  # where the suite was read from (for error messages)
+    # fields given on the command line instead of the suite file: field -> the option, as typed (strategies ->
+    # --strategies); the errors about them and a merge of shards that differ name the option (:meth:`where`)
+    given: dict[str, str] = field(default_factory=dict)
+
+    def where(self, key: str) -> str:
+        """Where the value of ``key`` (a field, or a dotted key under one) came from: the command-line option that gave
+        it (:attr:`given`), else the suite file and the key."""
+        option = self.given.get(key.split(".")[0])
+        return option if option else f"suite file {self.file or self.name}, key '{key}'"
 
     def __post_init__(self) -> None:
         where = f"suite file {self.file or self.name}"
 
         def bad(key: str, why: str) -> ConfigError:
-            return ConfigError(f"{where}, key '{key}': {why}")
+            return ConfigError(f"{self.where(key)}: {why}")
 
         if not isinstance(self.name, str) or not self.name.strip():
             raise bad("name", "must be a non-empty string")
@@ -310,10 +319,13 @@ class Suite:
                                               f"{list(RETRIEVAL_METRICS)} and k one of {list(ks)}")
         return {"steps": tuple(steps), "metrics": tuple(metrics)}
 
-    def with_overrides(self, **changes: Any) -> "Suite":
-        """A copy with some fields replaced (None values are ignored); validated again."""
+    def with_overrides(self, origin: str | None = None, **changes: Any) -> "Suite":
+        """A copy with some fields replaced (None values are ignored); validated again. ``origin``: the command-line
+        option that gives them (e.g. ``--strategies``): an error about them names it, not the suite file."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update({k: v for k, v in changes.items() if v is not None})
+        if origin:
+            values["given"] = {**self.given, **{k: origin for k, v in changes.items() if v is not None}}
         if changes.get("strategies") is not None:  # keep the settings (and ablation steps) of the strategies still run
             values["strategy_settings"] = {k: v for k, v in self.strategy_settings.items()
                                            if k in values["strategies"]}
@@ -384,7 +396,7 @@ def load_suite(name_or_path: str | os.PathLike) -> Suite:
         raise ConfigError(f"suite file {path}: not valid YAML ({exc}).") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"suite file {path}: must be a mapping of keys, got {type(raw).__name__}.")
-    known = {f.name for f in fields(Suite)} - {"file"}
+    known = {f.name for f in fields(Suite)} - {"file", "given"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"suite file {path}: unknown key(s) {unknown}; keys: {sorted(known)}.")
@@ -599,8 +611,8 @@ def strategy_defaults(strategies: Sequence[str], root: Path,
         "dense": {"cache_dir": cache, "batch_size": embedding_batch_size},
         "hybrid": {"cache_dir": cache, "batch_size": embedding_batch_size},
         **{name: {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache}
-           for name in ("fusion", "fusion_sessions", "fusion_time", "fusion_keys")},
-        # the cross-encoder of the reranker stage over fusion_time's top turns
+           for name in ("fusion", "fusion_sessions", "fusion_time", "fusion_context", "fusion_threads", "fusion_keys")},
+        # the cross-encoder of the reranker stage over fusion_threads' top turns
         "rerank": {"cache_dir": cache, "batch_size": embedding_batch_size, "llm_cache_dir": llm_cache},
         # EMMA: memories written and linked by the trained dialogue module, retrieved by the trained retriever;
         # egocentric_gold: the oracle, the dataset's own memories and links, the same retriever

@@ -12,7 +12,9 @@ warning).
 
 A run of N shards is planned once (:func:`plan_run` -> :class:`RunPlan`: the protocol, the token counter, the
 strategies that run, the run's fingerprint), each shard run on its own (:func:`run_planned_shard`), and the
-shards merged (:func:`merged_results`). :class:`SuiteRun` also gives the flat figures of metrics.json
+shards merged (:func:`merged_results`). A :class:`Provenance` says where the values given outside the suite file
+came from (``--set``, params.yaml, the data's settings): a bad strategy setting, and a merge of shards that differ,
+name the option or key as the user typed it. :class:`SuiteRun` also gives the flat figures of metrics.json
 (:meth:`SuiteRun.metrics`: retrieval, the language-model writers' calls, :func:`writer_rows`, and the
 generators', :func:`flat_generation_metrics`).
 
@@ -25,15 +27,16 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from pipelines.data.schema import Episode
-from pipelines.errors import ConfigError, NothingToScore
+from pipelines.errors import ConfigError, ModelNotTrained, NothingToScore
 from pipelines.evaluate.protocol import ProtocolConfig, ProtocolResult, flat_metrics
-from pipelines.evaluate.shards import (ShardError, ShardSpec, ShardStore, merge, results_from_records, run_fingerprint,
-                                       run_shard, shard_dir)
+from pipelines.evaluate.shards import (ShardError, ShardSpec, ShardStore, differences, merge, results_from_records,
+                                       run_fingerprint, run_shard, shard_dir)
 from pipelines.evaluate.suite import StreamedEpisodes, Suite, generation_defaults
 from pipelines.memory import STRATEGIES, TokenCounter, build_strategy, missing_models
 
@@ -128,11 +131,57 @@ def writer_rows(run: SuiteRun) -> dict[str, dict[str, float]]:
     return rows
 
 
-def plan_strategies(suite: Suite, episodes: Sequence[Episode], settings: Mapping[str, Mapping[str, Any]] | None = None
-                    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+@dataclass(frozen=True)
+class Provenance:
+    """Where the values of a run given outside its suite file came from, for the messages that name one (a bad
+    strategy setting, a merge of shards that differ): ``origins`` maps a key of the run's fingerprint values
+    (:func:`~pipelines.evaluate.shards.run_fingerprint`: ``settings.<strategy>.<setting>``, ``data``, ``data.<key>``,
+    ``protocol.answers``, ``shards``) to the option or file key that gave it, as the user typed it (``--set
+    benchmark.strategy_settings.bm25.k1``, ``benchmark.strategy_settings.bm25.k1 in params.yaml``); ``data`` holds what
+    made the data when no file did (the synthetic generator's settings). The suite's own fields name themselves
+    (:meth:`Suite.where <pipelines.evaluate.suite.Suite.where>`: the suite file's key, or ``--strategies``...)."""
+
+    origins: Mapping[str, str] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def setting(self, suite: Suite, strategy: str, key: str) -> str:
+        """Where strategy setting ``key`` of ``strategy`` came from: the suite file (whose ``strategy_settings`` win)
+        or the settings given to the run."""
+        if key in suite.strategy_settings.get(strategy, {}):
+            return suite.where(f"strategy_settings.{strategy}.{key}")
+        return self.origins.get(f"settings.{strategy}.{key}") or f"benchmark.strategy_settings.{strategy}.{key}"
+
+
+def check_settings(suite: Suite, name: str, merged: Mapping[str, Any], provenance: Provenance | None = None) -> None:
+    """A ConfigError naming where a bad setting of strategy ``name`` came from (the suite file's key, the ``--set``,
+    the params.yaml key) when ``merged`` is not a valid config of the strategy: an unknown key, or a value its config
+    class refuses; checked before anything runs."""
+    provenance = provenance or Provenance()
+    cls = STRATEGIES[name]
+    known = {f.name for f in fields(cls.config_class)}
+    unknown = sorted(set(merged) - known)
+    if unknown:
+        where = ", ".join(dict.fromkeys(provenance.setting(suite, name, k) for k in unknown))
+        raise ConfigError(f"{where}: memory strategy {name!r} has no setting(s) {unknown}; its settings are "
+                          f"{sorted(known)}.")
+    try:
+        cls.config_class(**merged)
+    except ModelNotTrained:
+        pass   # a model not trained yet: the strategy is listed as missing, as when it is built
+    except (ConfigError, TypeError, ValueError) as exc:
+        named = [k for k in merged if re.search(rf"\.{re.escape(str(k))}\b", str(exc))]  # "bm25.k1 must be ..."
+        named = named or [k for k in merged if k in suite.strategy_settings.get(name, {})
+                          or f"settings.{name}.{k}" in provenance.origins]
+        where = ", ".join(dict.fromkeys(provenance.setting(suite, name, k) for k in named))
+        raise ConfigError(f"{where or f'the settings of strategy {name!r}'}: {exc}") from exc
+
+
+def plan_strategies(suite: Suite, episodes: Sequence[Episode], settings: Mapping[str, Mapping[str, Any]] | None = None,
+                    provenance: Provenance | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """(strategy -> merged settings of those that run, strategy -> why not run): a strategy that cannot run on
     ``episodes`` (its class's ``unavailable``: e.g. session summaries that the data does not have) or whose
-    model is not trained is not run; ``settings`` go under the suite's own ``strategy_settings``."""
+    model is not trained is not run; ``settings`` go under the suite's own ``strategy_settings``. A bad setting is a
+    ConfigError naming where it came from (:func:`check_settings`; ``provenance``: the origins of ``settings``)."""
     settings = settings or {}
     unknown = sorted(set(settings) - set(suite.strategies))
     if unknown:
@@ -141,6 +190,7 @@ def plan_strategies(suite: Suite, episodes: Sequence[Episode], settings: Mapping
     missing: dict[str, str] = {}
     for name in suite.strategies:
         merged = {**settings.get(name, {}), **suite.strategy_settings.get(name, {})}
+        check_settings(suite, name, merged, provenance)
         why = STRATEGIES[name].unavailable(episodes, merged)  # the data lacks what it reads: not run, not scored
         if why:
             missing[name] = f"cannot run on this data: {why}"
@@ -196,16 +246,32 @@ class RunPlan:
 
 def plan_run(suite: Suite, episodes: Sequence[Episode], settings: dict[str, dict[str, Any]] | None = None,
              tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None, answers: Any = None,
-             data_id: str = "", shards: int = 1) -> RunPlan:
+             data_id: str = "", shards: int = 1, provenance: Provenance | None = None) -> RunPlan:
     """The :class:`RunPlan` of ``suite`` over ``episodes`` split into ``shards`` (a streamed suite's strategies are
-    checked against its first block of episodes: reading them all would read the whole file once more)."""
+    checked against its first block of episodes: reading them all would read the whole file once more).
+    ``provenance``: where the values given outside the suite file came from (named by errors and by a merge)."""
     ShardSpec(0, shards)  # the count is checked before anything runs
+    provenance = provenance or Provenance()
     config = protocol_config(suite, show_progress, depth, answers)
     if isinstance(episodes, StreamedEpisodes):
         episodes = list(itertools.islice(episodes, suite.stream_block))
-    to_run, missing = plan_strategies(suite, episodes, settings)
+    to_run, missing = plan_strategies(suite, episodes, settings, provenance)
     return RunPlan(suite, config, TokenCounter.from_config(tokenizer), to_run, missing,
-                   run_fingerprint(suite.header(), to_run, config, data_id, shards), shards)
+                   suite_fingerprint(suite, to_run, config, data_id, shards, provenance), shards)
+
+
+def suite_fingerprint(suite: Suite, to_run: Mapping[str, Mapping[str, Any]], config: ProtocolConfig, data_id: str,
+                      shards: int, provenance: Provenance | None = None) -> dict[str, Any]:
+    """The run fingerprint (:func:`~pipelines.evaluate.shards.run_fingerprint`) of ``suite`` (its header and its
+    ``max_episodes``: the episodes it reads) running ``to_run``, each value with its origin."""
+    provenance = provenance or Provenance()
+    header = {"answers": None, **suite.header(), "max_episodes": suite.max_episodes}  # answers: None (--no-answers)
+    origins = {f"suite.{k}": suite.where("name" if k == "suite" else k) for k in header}
+    origins["strategies"] = f"{suite.where('strategies')} (the strategies that run)"
+    origins.update({f"settings.{name}.{k}": provenance.setting(suite, name, k)
+                    for name, values in to_run.items() for k in values})
+    origins.update({k: v for k, v in provenance.origins.items() if not k.startswith("settings.")})
+    return run_fingerprint(header, to_run, config, data_id, shards, origins=origins, data_settings=provenance.data)
 
 
 def run_planned_shard(plan: RunPlan, episodes: Iterable[Episode], run_dir: str | os.PathLike, shard: ShardSpec,
@@ -241,11 +307,10 @@ def merged_results(plan: RunPlan, run_dir: str | os.PathLike | None = None,
                          f"`benchmark ... --shards {plan.shards} --shard <i>` and the same --out.")
     merged = merge(folders)
     if merged.fingerprint["run"] != plan.fingerprint["run"]:
-        differ = [k for k in ("suite", "strategies", "models", "protocol", "data", "code", "shards")
-                  if merged.fingerprint.get(k) != plan.fingerprint.get(k)]
-        raise ShardError(f"the shards of suite {plan.suite.name!r} under {run_dir} were run with other settings or "
-                         f"data than this command (they differ in: {', '.join(differ) or 'format'}): merge with "
-                         f"the command the shards ran, or run the shards again.")
+        differ = differences(merged.fingerprint, plan.fingerprint, "the shards", "this command")
+        raise ShardError(f"the shards of suite {plan.suite.name!r} under {run_dir or folders[0].parent} were run with "
+                         f"other settings or data than this command (they differ in: {'; '.join(differ)}): merge "
+                         f"with the command the shards ran, or run the shards again.")
     missing = {**plan.missing, **merged.missing}
     return results_from_records(merged.records, list(plan.to_run), missing), missing
 
@@ -254,7 +319,8 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
                    tokenizer: str | None = None, show_progress: bool = True, depth: int | None = None,
                    generation: dict[str, dict[str, Any]] | None = None, answers: Any = None,
                    run_dir: str | os.PathLike | None = None, data_id: str = "", shards: int = 1,
-                   shard_folders: Sequence[str | os.PathLike] | None = None) -> SuiteRun:
+                   shard_folders: Sequence[str | os.PathLike] | None = None,
+                   provenance: Provenance | None = None) -> SuiteRun:
     """Run each strategy of ``suite`` over ``episodes``, then the suite's generators; ``settings``
     (strategy -> config fields) go under the suite's own ``strategy_settings``; ``generation``
     (generator -> settings: ``teacher`` / ``student`` / ``decoder`` folders, ``max_new_tokens``,
@@ -270,8 +336,9 @@ def evaluate_suite(suite: Suite, episodes: Sequence[Episode], settings: dict[str
     episode is kept under ``run_dir/shards/<suite>/<i>-of-<N>`` (``data_id`` names the data in the run's
     fingerprint): with ``shards`` 1 the one shard runs here (a killed run started again resumes after the
     episodes it finished); with more, the shards must have been run (``run_planned_shard``) and are merged (from
-    ``shard_folders``, shard i's folder at index i, when given: the benchmark stage's layout)."""
-    plan = plan_run(suite, episodes, settings, tokenizer, show_progress, depth, answers, data_id, shards)
+    ``shard_folders``, shard i's folder at index i, when given: the benchmark stage's layout). ``provenance``: where the
+    values given outside the suite file came from (:class:`Provenance`)."""
+    plan = plan_run(suite, episodes, settings, tokenizer, show_progress, depth, answers, data_id, shards, provenance)
     if shards > 1 or shard_folders is not None:
         if run_dir is None and shard_folders is None:
             raise ConfigError(f"merging {shards} shards needs the folder they were written to (run_dir).")

@@ -26,12 +26,21 @@ on small scenarios of the ARCHITECTURE's memory contract (``pipelines/memory/bas
    is entered again; an episode entered before its first session holds nothing of another; episodes sharing session
    and turn ids (LongMemEval's haystacks) each observe their own.
 
+5. ``identifiers``: rankings from content alone. A user's thread of sessions (a trip planned over three sessions
+   between others) is fed twice: as it is, and with every identifier and title it carries scrambled (the episode's,
+   the sessions', turns', memories' and queries' ids: what a published file names its sessions and turns with,
+   LongMemEval's ``answer_`` ids, LoCoMo's dia_ids, RealMem's session uuids; RealMem's ``session_identifier``, which
+   names the project, is kept by no loader). Every question, asked alone and in a conversation (``Query.preceding``),
+   must get the same ranking of the same texts, the same session ranking and the same context from both: a strategy
+   that reads an identifier (a thread told by its name) fails.
+
 ``empty_by_design=True`` for a strategy that holds nothing on purpose (the ``no_history`` floor): the checks that
 need something retrieved are skipped, the others still run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -125,6 +134,57 @@ BREAD = [("I bake sourdough bread every Sunday.", "Sourdough baking on Sundays s
           Triplet(subject="User", relation="has teacher", object="Pedro"))]
 OF_A, OF_B = re.compile(r"violin|marta", re.IGNORECASE), re.compile(r"sourdough|pedro|bak", re.IGNORECASE)
 QUESTIONS = ("What do I do every Sunday?", "Who is my teacher?")
+
+
+TRIP = [("I want to plan a trip to Kyoto in April for the cherry blossoms.",
+         "Kyoto in April is lovely; let us draft a day-by-day plan with temples and gardens."),
+        ("I bake sourdough bread every Sunday and want a better crust.",
+         "A hotter oven and steam in the first minutes give a better sourdough crust."),
+        ("About the trip: can we add a day in Nara to the plan and keep the budget under 2000 euros?",
+         "Nara fits as a day trip from Kyoto; the plan now has seven days and stays under 2000 euros."),
+        ("I need a spreadsheet for my monthly budget with rent and groceries.",
+         "Here is a budget spreadsheet with columns for rent, groceries and savings."),
+        ("Back to the Kyoto plan: book the ryokan near the station for the first three nights.",
+         "The ryokan near Kyoto station is booked for the first three nights of the trip.")]
+THREAD_QUESTIONS = ("Where do we stay at the start of the trip?", "What is the budget of the trip?",
+                    "How do I get a better crust?")
+
+
+def thread_episode(eid: str = "trip") -> Episode:
+    """A RealMem-like user's five sessions, of which the first, third and fifth plan one trip (a thread that no
+    identifier names), and the second and fourth are about other things."""
+    sessions = [Session(id=f"{eid}:S{k + 1}", index=k, timestamp=T0 + timedelta(days=7 * k), partner="Assistant",
+                        turns=[Turn(id=f"{eid}:S{k + 1}:0", speaker="User", text=user),
+                               Turn(id=f"{eid}:S{k + 1}:1", speaker="Assistant", text=assistant)],
+                        memories=[Memory(id=f"{eid}:S{k + 1}:M1", owner="Assistant", about="User", text=user,
+                                         session_id=f"{eid}:S{k + 1}")])
+                for k, (user, assistant) in enumerate(TRIP)]
+    return Episode(id=eid, source="realmem", main_speaker="User",
+                   speakers=[Speaker(name="User"), Speaker(name="Assistant")], sessions=sessions, split="test")
+
+
+def scrambled(episode: Episode) -> tuple[Episode, dict[str, str]]:
+    """(``episode`` with every identifier replaced by an opaque one of another order, the map new id -> old)."""
+    new_of: dict[str, str] = {}
+
+    def new(old: str) -> str:
+        return new_of.setdefault(old, "x" + hashlib.sha1(f"scrambled:{old}".encode()).hexdigest()[:12])
+
+    sessions = [s.model_copy(update={
+        "id": new(s.id),
+        "turns": [t.model_copy(update={"id": new(t.id), "memory_tags": [new(m) for m in t.memory_tags]})
+                  for t in s.turns],
+        "memories": [m.model_copy(update={"id": new(m.id), "session_id": new(m.session_id)}) for m in s.memories],
+        "links": [link.model_copy(update={"from_id": new(link.from_id), "to_id": new(link.to_id)})
+                  for link in s.links]}) for s in episode.sessions]
+    queries = [q.model_copy(update={"id": new(q.id), "session_id": q.session_id and new(q.session_id),
+                                    "turn_id": q.turn_id and new(q.turn_id),
+                                    "evidence_turns": [new(i) for i in q.evidence_turns],
+                                    "evidence_sessions": [new(i) for i in q.evidence_sessions],
+                                    "evidence_memories": [new(i) for i in q.evidence_memories]})
+               for q in episode.queries]
+    twin = episode.model_copy(update={"id": new(episode.id), "sessions": sessions, "queries": queries})
+    return twin, {v: k for k, v in new_of.items()}
 
 
 # --- probes ------------------------------------------------------------------------------------------------------
@@ -394,13 +454,48 @@ class _Kit:
                     "a forget by id in one episode reached another episode's item of the same id")
 
 
-CHECKS = ("contract", "temporal", "forgetting", "isolation")
+    # 5. rankings from content alone
+    def identifiers(self) -> None:
+        episode = thread_episode()
+        twin, old_of = scrambled(episode)
+        plain, other = self.fresh(), self.fresh()
+        conversation = [Turn(id=f"{episode.id}:S6:0", speaker="User", text="I'm back to finish planning."),
+                        Turn(id=f"{episode.id}:S6:1", speaker="Assistant", text="Welcome back, where were we?")]
+
+        def restore(value: str | None) -> str | None:
+            return old_of.get(value, value) if value is not None else None
+
+        for k, (session, copy) in enumerate(zip(episode.sessions, twin.sessions)):
+            plain.observe(episode, session)
+            other.observe(twin, copy)
+            for question in THREAD_QUESTIONS:
+                for preceding in ([], conversation):
+                    asked = Query(id="q", question=question, preceding=preceding)
+                    twin_asked = asked.model_copy(update={
+                        "preceding": [t.model_copy(update={"id": f"x{n}"}) for n, t in enumerate(preceding)]})
+                    a = plain.retrieve(asked, max(len(plain), 1))
+                    b = other.retrieve(twin_asked, max(len(other), 1))
+                    where = f"after {k + 1} sessions, {question!r}" + (" in a conversation" if preceding else "")
+                    # a memory a strategy writes has an id of its own (made of a session's id, perhaps)
+                    self.expect([(i.text, i.session_id, i.turn_id, i.memory_id in old_of.values()) for i in a]
+                                == [(i.text, restore(i.session_id), restore(i.turn_id), i.memory_id in old_of)
+                                    for i in b], "identifiers",
+                                f"{where}: scrambling the ids changed the ranking ({[i.text[:30] for i in a][:3]} "
+                                f"against {[i.text[:30] for i in b][:3]})")
+                    ranked_a, ranked_b = plain.session_ranking(asked), other.session_ranking(twin_asked)
+                    self.expect(ranked_a == (None if ranked_b is None else [restore(s) for s in ranked_b]),
+                                "identifiers", f"{where}: scrambling the ids changed the session ranking")
+                    self.expect(plain.context(asked, 4096) == other.context(twin_asked, 4096), "identifiers",
+                                f"{where}: scrambling the ids changed the context")
+
+
+CHECKS = ("contract", "temporal", "forgetting", "isolation", "identifiers")
 
 
 def check_strategy(make: Callable[[], MemoryStrategy], *, cache_dir: str | Path | None = None,
                    extra_leaks: Callable[[MemoryStrategy], list[str]] | None = None, empty_by_design: bool = False,
                    checks: Iterable[str] = CHECKS) -> None:
-    """Run the kit's ``checks`` (default: all four) on fresh strategies from ``make()``; a :class:`ConformanceError`
+    """Run the kit's ``checks`` (default: all five) on fresh strategies from ``make()``; a :class:`ConformanceError`
     names the first that fails. ``cache_dir``: where the strategy keeps its on-disk embedding cache (checked for
     forgotten texts); ``extra_leaks(strategy)``: the strings of any other cache the strategy fills."""
     kit = _Kit(make, Path(cache_dir) if cache_dir is not None else None, extra_leaks, empty_by_design)

@@ -66,27 +66,13 @@ from pipelines.memory.base import Retrieved, Selector, check_k, check_weights, r
 from pipelines.lexical import bm25_tokens
 from pipelines.models.embeddings import Embedder
 from pipelines.memory.hybrid import RankerPair, RankersConfig
+from pipelines.memory.calibration import CALIBRATIONS, calibrate
 from pipelines.memory.index import BM25Index, top_k
 from pipelines.memory.turn_store import retrieved_turns
 
-CALIBRATIONS = ("zscore", "minmax")
 SESSION_POOLS = ("max", "sum_top")
 TIME_SOURCES = ("none", "rules", "llm")
 TIME_MODES = ("boost", "filter")
-
-
-def calibrate(scores: np.ndarray, method: str) -> np.ndarray:
-    """Scores of one ranker over the candidates of one query (N,), normalised (N,); constant scores -> zeros."""
-    scores = np.asarray(scores, dtype=np.float64)
-    if scores.size == 0:
-        return scores
-    if method == "zscore":
-        std = scores.std()
-        return (scores - scores.mean()) / std if std > 0 else np.zeros_like(scores)
-    if method == "minmax":
-        span = scores.max() - scores.min()
-        return (scores - scores.min()) / span if span > 0 else np.zeros_like(scores)
-    raise ConfigError(f"calibration must be one of {list(CALIBRATIONS)}, got {method!r}.")
 
 
 def pool_sessions(turn_scores: np.ndarray, session_of: np.ndarray, n_sessions: int, pool: str, m: int,
@@ -151,6 +137,14 @@ class FusionConfig(RankersConfig):
     llm_cache_dir: str | None = None   # the LLM layer's response cache of time_llm
     index: str = "hnsw"                # the dense ranker's: an HNSW graph once ann_min_items turns are held
     candidate_depth: int = 100         # graph in use: each ranker's top turns (at least k) are the ones fused
+    context_weight: float = 0.0        # w_c: the conversation so far (Query.preceding) as a second query (0: none)
+    context_turns: int = 4             # its last turns read (the nearest the question)
+    thread_weight: float = 0.0         # w_t: sessions expanded along content links, by thread (0: none; .threads)
+    thread_recency: float = 0.8        # gamma: a thread's session gains gamma^r, r its thread's newer sessions
+    thread_opening: int = 4            # m: a session's first m turns say which earlier session it continues
+    thread_lexical: float = 1.0        # w_l: BM25 of the opening against an earlier session's text, in the link
+    link_min_cos: float = 0.4          # tau: a link needs cos(opening, earlier session's centroid) >= tau
+    link_min_margin: float = 0.1       # delta: and that cosine >= delta + the mean over the earlier sessions
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -158,12 +152,17 @@ class FusionConfig(RankersConfig):
             raise ConfigError(f"fusion.calibration must be one of {list(CALIBRATIONS)}, got {self.calibration!r}.")
         if self.session_pool not in SESSION_POOLS:
             raise ConfigError(f"fusion.session_pool must be one of {list(SESSION_POOLS)}, got {self.session_pool!r}.")
-        for name in ("session_top", "candidate_depth"):
+        for name in ("session_top", "candidate_depth", "context_turns", "thread_opening"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"fusion.{name} must be a positive integer, got {value!r}.")
         check_weights(self, "fusion", ("bm25_weight", "dense_weight", "session_key_weight", "session_prior",
-                                       "time_boost"))
+                                       "time_boost", "context_weight", "thread_weight", "thread_lexical"))
+        if not 0.0 <= self.thread_recency <= 1.0:
+            raise ConfigError(f"fusion.thread_recency must be in [0, 1] (a discount per newer session of a "
+                              f"thread), got {self.thread_recency!r}.")
+        if not -1.0 <= self.link_min_cos <= 1.0:
+            raise ConfigError(f"fusion.link_min_cos must be a cosine in [-1, 1], got {self.link_min_cos!r}.")
         if self.bm25_weight == 0 and self.dense_weight == 0:
             raise ConfigError("fusion.bm25_weight and fusion.dense_weight are both 0; at least one ranker must count.")
         if self.key_expansion not in ("none", "llm"):
@@ -228,6 +227,7 @@ class Fusion(RankerPair):
                 "_session_time": {},   # session id -> its timestamp
                 "_expansions": {},     # session id -> (the model's summary, its request, its vector (D,) or None)
                 "_changes": 0,         # observes and forgets so far (a cached session ranking is of one state)
+                "_links": {},          # session id -> (the earlier session id it continues or None, cosine)
                 "_layout_cache": None}  # the held memory's _Layout, made at the first query of a state
 
     def index_bytes(self) -> int:
@@ -279,6 +279,7 @@ class Fusion(RankerPair):
         removed = super().forget(selector)
         self._changes += 1
         self._layout_cache = None      # its session keys' index holds the forgotten words
+        self._links = {}               # links made again of what is held
         held = {i.turn_id for i in self.bm25.items}
         touched = {sid for tid, sid in before.items() if tid not in held}
         stale = {sid for sid, (summary, _, _) in self._expansions.items()
@@ -357,23 +358,24 @@ class Fusion(RankerPair):
         lexical = self.bm25._scores(query) if c.bm25_weight else None                # (N,)
         q = self.dense.embedder.embed([query.question])[0] if c.dense_weight or layout.expanded.any() else None
         rows = self._candidates(k, lexical, q if c.dense_weight else None)           # (U,) or None: all N
-        fused = np.zeros(layout.n if rows is None else len(rows))                    # (U,)
-        floor = 0.0                # what a turn outside the candidates counts in its session's score
-        if c.bm25_weight:
-            z = calibrate(lexical if rows is None else lexical[rows], c.calibration)
-            fused += c.bm25_weight * z
-            floor += c.bm25_weight * (z.min() if z.size else 0.0)
-        if c.dense_weight:
-            vectors = self.dense._index.vectors                                      # (N, D)
-            z = calibrate(vectors @ q if rows is None else vectors[rows] @ q, c.calibration)
-            fused += c.dense_weight * z
-            floor += c.dense_weight * (z.min() if z.size else 0.0)
+        fused, floor = self._turn_scores(lexical, q, rows)                           # (U,), the floor
+        context = self._context(query)                # the conversation so far: its texts, or None
+        if context is not None:
+            tokens = bm25_tokens(" ".join(context), c.remove_stopwords)
+            vectors = self.dense.embedder.embed(context)                              # (C, D)
+            mean = vectors.mean(axis=0)
+            scored, low = self._turn_scores(self.bm25._index.scores(tokens) if c.bm25_weight else None,
+                                            mean / max(float(np.linalg.norm(mean)), 1e-12), rows)
+            fused, floor = fused + c.context_weight * scored, floor + c.context_weight * low
         session_of = layout.session_of if rows is None else layout.session_of[rows]  # (U,)
         pooled = pool_sessions(fused, session_of, len(layout.sessions), c.session_pool, c.session_top,
                                None if rows is None else layout.sizes, floor)         # (S,)
         if c.session_key_weight:
             key = layout.keys.scores(bm25_tokens(query.question, c.remove_stopwords))  # (S,)
             pooled = pooled + c.session_key_weight * calibrate(key, c.calibration)
+            if context is not None:
+                key = layout.keys.scores(tokens)                                       # (S,)
+                pooled = pooled + c.context_weight * c.session_key_weight * calibrate(key, c.calibration)
             if layout.expanded.any():   # the expansions' cosines (a session without one: the lowest)
                 cos = np.where(layout.expanded, layout.expansions @ q, -1.0)   # (S,)
                 pooled = pooled + c.session_key_weight * calibrate(cos, c.calibration)
@@ -383,11 +385,42 @@ class Fusion(RankerPair):
 
             adjust = day_weights(layout.days, self._time_reader(query), c.time_mode, boost=c.time_boost)  # (S,)
             pooled = pooled + adjust                                                 # -inf: filtered out
+        if c.thread_weight and layout.threads is not None:
+            from pipelines.memory.threads import expand
+
+            pooled = expand(pooled, layout.threads, c.thread_weight, c.thread_recency)  # (S,)
         if c.session_prior:
             fused = fused + c.session_prior * _calibrate_finite(pooled, c.calibration)[session_of]
         if adjust is not None:
             fused = fused + adjust[session_of]
         return rows, fused, layout.sessions, pooled
+
+    def _turn_scores(self, lexical: np.ndarray | None, q: np.ndarray | None, rows: np.ndarray | None
+                     ) -> tuple[np.ndarray, float]:
+        """f (U,) of one query: its BM25 scores (N,) and vector (D,) calibrated over the rows scored (U,; None:
+        all N) and weighted; and the floor, what a turn outside the rows counts in its session's score."""
+        c = self.config
+        fused = np.zeros(len(self) if rows is None else len(rows))                   # (U,)
+        floor = 0.0
+        if c.bm25_weight:
+            z = calibrate(lexical if rows is None else lexical[rows], c.calibration)
+            fused += c.bm25_weight * z
+            floor += c.bm25_weight * (z.min() if z.size else 0.0)
+        if c.dense_weight:
+            vectors = self.dense._index.vectors                                      # (N, D)
+            z = calibrate(vectors @ q if rows is None else vectors[rows] @ q, c.calibration)
+            fused += c.dense_weight * z
+            floor += c.dense_weight * (z.min() if z.size else 0.0)
+        return fused, floor
+
+    def _context(self, query: Query) -> list[str] | None:
+        """The texts of the last ``context_turns`` turns of the conversation so far (``Query.preceding``), as the
+        rankers index turns; None without (or with ``context_weight`` 0)."""
+        c = self.config
+        if not c.context_weight or not query.preceding:
+            return None
+        turns = [t for t in query.preceding if t.text.strip()][-c.context_turns:]
+        return [f"{t.speaker}: {t.text}" if c.include_speaker else t.text for t in turns] or None
 
     def retrieve(self, query: Query, k: int) -> list[Retrieved]:
         check_k(k)
@@ -419,7 +452,8 @@ class Fusion(RankerPair):
 
     def _asked(self, query: Query) -> tuple:
         """What a session ranking answers: the query, in this episode's memory as it is now (items held)."""
-        return (self.episode_id, query.id, query.question, query.timestamp, len(self), self._changes)
+        return (self.episode_id, query.id, query.question, query.timestamp, tuple(t.id for t in query.preceding),
+                len(self), self._changes)
 
 
 @dataclass(frozen=True)
@@ -435,6 +469,7 @@ class _Layout:
     keys: BM25Index | None        # BM25 over the S session keys (session_key_weight > 0)
     expansions: np.ndarray        # (S, D) float32: the key expansions' vectors (zeros without)
     expanded: np.ndarray          # (S,) bool: the session has an embedded expansion
+    threads: Any = None           # the sessions' thread forest (thread_weight > 0; pipelines.memory.threads.Threads)
 
     @classmethod
     def of(cls, fusion: "Fusion") -> "_Layout":
@@ -455,8 +490,39 @@ class _Layout:
         expansions = np.zeros((len(sessions), dim), dtype=np.float32)
         for p in np.flatnonzero(expanded):
             expansions[p] = vectors[p]
+        threads = _threads(fusion, sessions, session_of, keys) if c.thread_weight and sessions else None
         return cls(fusion._changes, len(items), sessions, session_of,
-                   np.bincount(session_of, minlength=len(sessions)), days, keys, expansions, expanded)
+                   np.bincount(session_of, minlength=len(sessions)), days, keys, expansions, expanded, threads)
+
+
+def _threads(fusion: "Fusion", sessions: list[str], session_of: np.ndarray, keys: BM25Index | None):
+    """The held sessions' thread forest (:mod:`.threads`). A session's link is made once, against the sessions
+    held before it, and kept (``_links``: session id -> (its parent's id or None, cosine)) until a forget."""
+    from pipelines.memory.threads import forest, link, session_vectors
+
+    c = fusion.config
+    links = fusion._links
+    position = {sid: p for p, sid in enumerate(sessions)}
+    new = [p for p, sid in enumerate(sessions) if sid not in links]
+    if new:
+        openings, centroids = session_vectors(np.asarray(fusion.dense._index.vectors, dtype=np.float64),
+                                              session_of, len(sessions), c.thread_opening)   # (S, D) each
+        opening_texts: dict[int, list[str]] = {p: [] for p in new}
+        for item, p in zip(fusion.bm25._items, session_of.tolist()):
+            if p in opening_texts and len(opening_texts[p]) < c.thread_opening:
+                opening_texts[p].append(item.indexed_text(c.include_speaker))
+        if c.thread_lexical and keys is None:          # BM25 over the sessions' whole texts
+            keys = BM25Index(c.k1, c.b, c.epsilon)
+            keys.add([fusion._session_docs.get(sid, []) for sid in sessions])
+        for p in new:
+            lexical = None
+            if c.thread_lexical:
+                lexical = keys.scores(bm25_tokens(" ".join(opening_texts[p]), c.remove_stopwords))[:p]   # (p,)
+            parent, cosine = link(openings[p], centroids[:p], lexical, c.thread_lexical, c.link_min_cos,
+                                  c.link_min_margin)
+            links[sessions[p]] = (sessions[parent] if parent >= 0 else None, cosine)
+    parent = np.array([position.get(links[sid][0], -1) if links[sid][0] else -1 for sid in sessions])
+    return forest(parent, np.array([links[sid][1] for sid in sessions]))
 
 
 def _calibrate_finite(scores: np.ndarray, method: str) -> np.ndarray:
@@ -497,6 +563,34 @@ class FusionTime(Fusion):
 
     config_class = FusionTimeConfig
     ingredient = "+ time-aware: sessions in the question's time range boosted"
+
+
+@dataclass(frozen=True)
+class FusionContextConfig(FusionTimeConfig):
+    context_weight: float = 0.5
+
+
+@register_strategy("fusion_context")
+class FusionContext(Fusion):
+    """fusion_time + the conversation so far: the turns of the query's session before it, a second query at half
+    the question's weight."""
+
+    config_class = FusionContextConfig
+    ingredient = "+ conversation so far: the session's turns before the question, at half its weight"
+
+
+@dataclass(frozen=True)
+class FusionThreadsConfig(FusionContextConfig):
+    thread_weight: float = 1.0
+
+
+@register_strategy("fusion_threads")
+class FusionThreads(Fusion):
+    """fusion_context + threads: sessions linked by content to the earlier sessions they continue, and the latest
+    sessions of the threads the question matches lifted with them (:mod:`.threads`)."""
+
+    config_class = FusionThreadsConfig
+    ingredient = "+ threads: sessions linked by content, the matched threads' latest sessions lifted"
 
 
 @dataclass(frozen=True)

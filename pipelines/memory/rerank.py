@@ -1,7 +1,8 @@
-"""``rerank``: ``fusion_time``'s top candidates re-scored by the trained cross-encoder (issue #18).
+"""``rerank``: ``fusion_threads``' top candidates re-scored by the trained cross-encoder (issue #18).
 
 Two stages (Nogueira & Cho, "Passage Re-ranking with BERT", 2019): the first stage (:mod:`.fusion` with
-``fusion_time``'s settings: BM25 + dense fusion, session scoring, time awareness) ranks every held turn by f'; its
+``fusion_threads``' settings: BM25 + dense fusion, session scoring, time awareness, the conversation so far and
+threads) ranks every held turn by f'; its
 top ``depth`` turns C are read with the question by the cross-encoder of the reranker stage
 (:mod:`pipelines.rerank.cross_encoder`, trained with LCE on question -> evidence turns), and each candidate's final
 score interpolates both, each normalised over C (as :mod:`.fusion` normalises its rankers):
@@ -40,7 +41,7 @@ import numpy as np
 from pipelines.data.schema import Episode, Query
 from pipelines.errors import ConfigError
 from pipelines.memory.base import Retrieved, check_k, check_weights, register_strategy
-from pipelines.memory.fusion import Fusion, FusionTimeConfig, calibrate, rank_sessions
+from pipelines.memory.fusion import Fusion, FusionThreadsConfig, calibrate, rank_sessions
 from pipelines.memory.index import top_k
 from pipelines.data.folds import HeldOutModels
 
@@ -48,8 +49,8 @@ STAGE, FOLDS_KEY = "reranker", "rerank.folds"
 
 
 @dataclass(frozen=True)
-class RerankConfig(FusionTimeConfig):
-    """fusion_time's settings (the first stage), and the re-ranker's."""
+class RerankConfig(FusionThreadsConfig):
+    """fusion_threads' settings (the first stage), and the re-ranker's."""
 
     reranker_path: str | None = None   # a saved reranker (models/reranker, the benchmark's default)
     depth: int = 30                    # |C|: the first stage's top turns the cross-encoder reads
@@ -88,7 +89,7 @@ def _held_out(path) -> HeldOutModels:
 
 @register_strategy("rerank")
 class Rerank(Fusion):
-    """fusion_time + a cross-encoder re-ranking its top turns (trained on question -> evidence pairs)."""
+    """fusion_threads + a cross-encoder re-ranking its top turns (trained on question -> evidence pairs)."""
 
     config_class = RerankConfig
     model_settings = {"reranker_path": "reranker"}

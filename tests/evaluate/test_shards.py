@@ -174,3 +174,50 @@ def test_a_writers_longest_prompt_is_the_larger_not_the_sum():
     b = [{"role": "peer.llm", "model": "m", "calls": 32, "longest_prompt": 1900}]
     assert _sum_writers(_sum_writers([], a), b) == [{"role": "peer.llm", "model": "m", "calls": 51,
                                                       "longest_prompt": 2507}]
+
+
+def test_where_a_cache_lives_is_not_part_of_a_run(tmp_path):
+    """Issue #48: the embedding cache, the language-model response cache and the exported encoders are where caches
+    live, not what is computed: any folder (or none) gives the same run; a setting that changes results does not."""
+    exported = tmp_path / "encoders"
+    (exported / "minilm").mkdir(parents=True)
+    (exported / "minilm" / "model.onnx").write_bytes(b"x")   # a cache that filled as a run went: not a model
+
+    def run(**dense) -> dict:
+        peer = {"llm": {"model": "m", "llm_cache_dir": dense.get("cache_dir")}}   # a nested cache location
+        return run_fingerprint({"suite": "s"}, {"bm25": {}, "dense": {"batch_size": 32, **dense}, "peer": peer},
+                               CONFIG, "d", 2)
+
+    plain = run(cache_dir=None)
+    for caches in ({"cache_dir": str(tmp_path / "a")}, {"cache_dir": "D", "llm_cache_dir": "L"},
+                   {"cache_dir": str(tmp_path / "b"), "export_dir": str(exported), "judge_cache_dir": "J"}):
+        assert run(**caches)["run"] == plain["run"], caches
+    assert run(batch_size=8)["run"] != plain["run"]   # a setting, not a cache location
+    assert not any(k.endswith(("cache_dir", "export_dir")) for k in plain["values"])
+    from pipelines.evaluate.shards import CACHE_LOCATIONS, is_cache_location
+
+    assert {"cache_dir", "llm_cache_dir", "export_dir"} <= CACHE_LOCATIONS and is_cache_location("judge_cache_dir")
+    assert not is_cache_location("model_path") and not is_cache_location("cache_features")
+
+
+def test_merge_names_what_differs_where_it_came_from_and_both_values(tmp_path):
+    """Issue #48: shards of runs that differ are refused naming each differing value as the user gave it, with the
+    value of each shard, not an internal part name ("strategies")."""
+    def shard(folder, index: int, k1: float, origin: str, budget: int):
+        spec = ShardSpec(index, 2)
+        fingerprint = run_fingerprint({"suite": "s", "budget_tokens": budget}, {"bm25": {"k1": k1}}, CONFIG, "d", 2,
+                                      origins={"settings.bm25.k1": origin,
+                                               "suite.budget_tokens": "suite file s.yaml, key 'budget_tokens'"})
+        store = ShardStore(folder / spec.label, fingerprint, spec, "s")
+        run_shard(_episodes(3), ["bm25"], lambda n: build_strategy(n, k1=k1), CONFIG, spec, store)
+        return folder / spec.label
+
+    folders = [shard(tmp_path, 0, 1.2, "benchmark.strategy_settings.bm25.k1 in params.yaml", 1024),
+               shard(tmp_path, 1, 0.5, "--set benchmark.strategy_settings.bm25.k1", 512)]
+    with pytest.raises(ShardError) as refused:
+        merge(folders)
+    message = str(refused.value)
+    assert "benchmark.strategy_settings.bm25.k1 in params.yaml: 1.2 in shard 0-of-2" in message
+    assert "--set benchmark.strategy_settings.bm25.k1: 0.5 in shard 1-of-2" in message
+    assert "suite file s.yaml, key 'budget_tokens': 1024 in shard 0-of-2, 512 in shard 1-of-2" in message
+    assert "they differ in: strategies" not in message and "code" not in message

@@ -194,6 +194,8 @@ def build(teacher, retriever_dir, reranker_dir, tmp_path, fake):
         "fusion": lambda: build_strategy("fusion", cache_dir=cache),
         "fusion_sessions": lambda: build_strategy("fusion_sessions", cache_dir=cache),
         "fusion_time": lambda: build_strategy("fusion_time", cache_dir=cache),
+        "fusion_context": lambda: build_strategy("fusion_context", cache_dir=cache),
+        "fusion_threads": lambda: build_strategy("fusion_threads", cache_dir=cache, link_min_cos=-1.0),
         "fusion_keys": lambda: FusionKeys(FusionKeysConfig(cache_dir=cache, expansion_llm={"backend": "local"}),
                                           expander=Expander()),
         "trained_dense": lambda: build_strategy("trained_dense", model_path=str(retriever_dir), cache_dir=cache),
@@ -237,7 +239,7 @@ def test_every_built_in_passes_the_conformance_kit(name, build, tmp_path):
 
 
 TURN_STRATEGIES = ("long_context", "bm25", "dense", "hybrid", "fusion", "fusion_sessions", "fusion_time",
-                   "fusion_keys", "trained_dense", "rerank", "mdr")
+                   "fusion_context", "fusion_threads", "fusion_keys", "trained_dense", "rerank", "mdr")
 
 
 @pytest.mark.parametrize("name", TURN_STRATEGIES)
@@ -284,6 +286,19 @@ class Peeking(BM25):
 def test_the_kit_catches_a_strategy_that_reads_the_future():
     with pytest.raises(ConformanceError, match=r"\[temporal\]"):
         check_strategy(lambda: Peeking(), checks=["temporal"])
+
+
+class ReadingIds(BM25):
+    """bm25 that puts the sessions whose id sorts first on top: a thread told by its name, not its content."""
+
+    def retrieve(self, query, k):
+        return sorted(super().retrieve(query, max(len(self), 1)), key=lambda i: i.session_id)[:k]
+
+
+def test_the_kit_catches_a_strategy_that_reads_identifiers():
+    with pytest.raises(ConformanceError, match=r"\[identifiers\] .*scrambling the ids changed the ranking"):
+        check_strategy(lambda: ReadingIds(), checks=["identifiers"])
+    check_strategy(lambda: BM25(), checks=["identifiers"])
 
 
 def test_the_keeper_of_realmem_like_episodes_is_the_assistant():

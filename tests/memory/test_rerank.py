@@ -56,7 +56,7 @@ def _with_oracle(strategy, path, good):
 
 def test_the_cross_encoder_reorders_the_first_stages_top_turns(tmp_path, tiny):
     path = _saved(tmp_path, tiny)
-    first = build_strategy("fusion_time")
+    first = build_strategy("fusion_threads")   # the first stage
     _observed(first)
     before = [r.turn_id for r in first.retrieve(QUESTION, 20)]
     strategy = build_strategy("rerank", reranker_path=str(path), depth=4, rerank_weight=100.0)
@@ -79,7 +79,7 @@ def test_the_cross_encoder_reorders_the_first_stages_top_turns(tmp_path, tiny):
 
 def test_weight_zero_is_the_first_stage(tmp_path, tiny):
     path = _saved(tmp_path, tiny)
-    first = build_strategy("fusion_time")
+    first = build_strategy("fusion_threads")   # the first stage
     _observed(first)
     strategy = build_strategy("rerank", reranker_path=str(path), rerank_weight=0.0)
     _observed(strategy)
@@ -89,7 +89,7 @@ def test_weight_zero_is_the_first_stage(tmp_path, tiny):
 
 def test_session_weight_zero_keeps_the_first_stages_sessions_while_turns_are_re_ranked(tmp_path, tiny):
     path = _saved(tmp_path, tiny)
-    first = build_strategy("fusion_time")
+    first = build_strategy("fusion_threads")   # the first stage
     _observed(first)
     before = [r.turn_id for r in first.retrieve(QUESTION, 20)]
     sessions = first.session_ranking(QUESTION)

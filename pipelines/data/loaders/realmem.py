@@ -13,7 +13,7 @@ Mapping (one Episode per persona file, split ``test``, speakers ``User`` (main) 
 | session ``session_uuid`` / ``current_time`` | Session.id / Session.timestamp; sessions in file order (below)  |
 | ``dialogue_turns[j]``                      | Turn ``<session_uuid>:<j>`` (speaker, content)                  |
 | ``extracted_memory`` item                  | Memory(id = ``index``, owner ``Assistant``, about ``User``, kind = ``type``) of its session |
-| turn with ``is_query: true``               | Query (id = ``query_id``, category = ``category_name``) asked in that session |
+| turn with ``is_query: true``               | Query (id = ``query_id``, category = ``category_name``) asked in that session by that turn (``turn_id``) |
 | the next ``Assistant`` turn                | Query.answer; its ``memory_session_uuids`` (else the ``session_uuid`` of each ``memory_used``) -> evidence_sessions; each ``memory_used`` matched by (session, content) to an extracted memory -> evidence_memories and that turn's memory_tags |
 
 ``session_identifier`` (project and session label, e.g. "Financial_Planning_4:S1_01")
@@ -199,7 +199,7 @@ def _query(item: dict, j: int, raw: list, session: Session, turns: dict[str, Tur
     if any(order[s] >= session.index for s in sessions):
         flags.append(EVIDENCE_NOT_EARLIER)
         result.flag(EVIDENCE_NOT_EARLIER, where.example(f"query {qid} names the current or a later session"))
-    return build(Query, where, id=str(qid), session_id=session.id, question=question,
+    return build(Query, where, id=str(qid), session_id=session.id, turn_id=f"{session.id}:{j}", question=question,
                  answer=answer_turn.text if answer_turn is not None else "", evidence_sessions=sessions,
                  evidence_memories=memories, category=category, timestamp=session.timestamp,
                  flags=flags)

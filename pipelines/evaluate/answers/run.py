@@ -249,13 +249,14 @@ def _request(suite, episodes: Sequence[Episode], llms, settings: "AnswerSettings
 def evaluate_and_answer(suite, published: Sequence[Episode], strategy_settings: Mapping[str, Any] | None = None,
                         llms: AnswerLLMs | None = None, settings: AnswerSettings | None = None, *,
                         show_progress: bool = True, generation: Mapping[str, Any] | None = None,
-                        run_dir=None, data_id: str = "", shards: int = 1, shard_folders=None):
+                        run_dir=None, data_id: str = "", shards: int = 1, shard_folders=None, provenance=None):
     """One suite as the benchmark stage and the CLI run it: the retrieval (:func:`~pipelines.evaluate.suite_run.
     evaluate_suite` over ``published`` under the suite's corpus) and, when the suite has ``answers`` and ``llms``
     are given, the answers (:func:`answer_suite`, the contexts recorded by that same protocol run).
     ``run_dir``, ``data_id``, ``shards``: as evaluate_suite's (each finished episode kept under ``run_dir``, so a
     killed run resumes; with ``shards`` > 1 the shards that :func:`evaluate_shard` wrote there, or in
-    ``shard_folders``, are merged).
+    ``shard_folders``, are merged). ``provenance``: where the values given outside the suite file came from
+    (:class:`~pipelines.evaluate.suite_run.Provenance`, named by errors and by a merge of shards that differ).
     Returns (SuiteRun, AnswerRun or None)."""
     settings = settings or AnswerSettings()
     episodes = corpus_episodes(suite, published)
@@ -263,7 +264,7 @@ def evaluate_and_answer(suite, published: Sequence[Episode], strategy_settings: 
     run = evaluate_suite(suite, episodes, dict(strategy_settings or {}), show_progress=show_progress,
                          generation=dict(generation) if generation is not None else None,
                          answers=request, run_dir=run_dir, data_id=data_id, shards=shards,
-                         shard_folders=shard_folders)
+                         shard_folders=shard_folders, provenance=provenance)
     if questions is None:
         return run, None
     answered = answer_suite(suite, episodes, run.results, llms.reader, llms.judge, settings, published=published,
@@ -274,14 +275,15 @@ def evaluate_and_answer(suite, published: Sequence[Episode], strategy_settings: 
 
 def evaluate_shard(suite, published: Sequence[Episode], strategy_settings: Mapping[str, Any] | None,
                    answering: bool, settings: AnswerSettings | None, shard, run_dir, *, data_id: str = "",
-                   show_progress: bool = True):
+                   show_progress: bool = True, provenance=None):
     """The retrieval of shard ``shard`` (a :class:`~pipelines.evaluate.shards.ShardSpec`) of a suite, kept under
     ``run_dir/shards/<suite>/<i>-of-<N>`` for :func:`evaluate_and_answer` with ``shards`` N to merge (the readers'
-    contexts of the questions it will answer, when ``answering``, are recorded). Returns the shard's store."""
+    contexts of the questions it will answer, when ``answering``, are recorded; ``provenance``: as
+    :func:`evaluate_and_answer`'s). Returns the shard's store."""
     settings = settings or AnswerSettings()
     episodes = corpus_episodes(suite, published)
     _, request = _request(suite, episodes, True if answering else None, settings)
     plan = plan_run(suite, episodes, dict(strategy_settings or {}), show_progress=show_progress, answers=request,
-                    data_id=data_id, shards=shard.count)
+                    data_id=data_id, shards=shard.count, provenance=provenance)
     total = sum(1 for p in range(len(episodes)) if shard.holds(p))
     return run_planned_shard(plan, episodes, run_dir, shard, total=total)
