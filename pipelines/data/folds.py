@@ -70,11 +70,14 @@ def validation_ids(ids: Iterable[str], share: float) -> set[str]:
 
 def write_trained_on(directory: str | os.PathLike, train: Iterable, valid: Iterable, **extra) -> Path:
     """``trained_on.json`` in a saved model's folder: ``episodes`` = every episode that shaped the weights
-    (trained on, or chose the early-stopping step), also split into ``train`` and ``valid``; a strategy using the
-    model refuses to score them."""
+    (trained on, or chose the early-stopping step), also split into ``train`` and ``valid``, and the ``sources``
+    they come from; a strategy using the model refuses to score them."""
+    train, valid = list(train), list(valid)
     train_ids, valid_ids = sorted({e.id for e in train}), sorted({e.id for e in valid})
     path = Path(directory) / TRAINED_ON
-    body = {"episodes": sorted({*train_ids, *valid_ids}), "train": train_ids, "valid": valid_ids, **extra}
+    sources = sorted({e.source for e in (*train, *valid)})   # what it learnt from, for the report and the card
+    body = {"episodes": sorted({*train_ids, *valid_ids}), "train": train_ids, "valid": valid_ids, "sources": sources,
+            **extra}
     path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
     return path
 

@@ -352,6 +352,50 @@ def question_examples(episodes: Iterable[Episode], sessions: bool = False) -> li
     return out
 
 
+def thread_examples(episodes: Iterable[Episode], embed=None, opening: int = 4, min_cos: float = 0.4,
+                    min_margin: float = 0.1) -> list[RetrievalExample]:
+    """Pairs mined without labels from a user's own history ("thread_pairs"; issue #47, point 3): a session that
+    continues an earlier one, by content alone (:func:`pipelines.threads.link` over the vectors of ``embed``, the
+    shipped MiniLM by default: its opening's mean against each earlier session's centroid, at least ``min_cos`` and
+    ``min_margin`` above the mean), gives one example. Its first main-speaker turn is the question (a user coming
+    back: "About that checklist..."), the main speaker's turns of the session it continues are the positives, and
+    every turn of the sessions before it the candidates (the positives' partner turns left out, as
+    ``session_questions``): RealMem's supervision, read off unlabelled logs. No query, evidence or identifier of
+    the data is read, so any multi-session file (a user's own) adapts a model this way.
+    """
+    import numpy as np
+
+    from pipelines.threads import link, session_vectors
+
+    if embed is None:
+        from pipelines.models.embeddings import DEFAULT_CACHE_DIR, Embedder, EmbeddingCache, load_encoder
+
+        embed = Embedder(load_encoder(), cache=EmbeddingCache(DEFAULT_CACHE_DIR)).embed
+    out = []
+    for episode in episodes:
+        order = [s for s in sorted(episode.sessions, key=lambda s: s.index) if s.turns]
+        if len(order) < 2:
+            continue
+        texts = [turn_text(t.speaker, t.text) for s in order for t in s.turns]
+        session_of = np.repeat(np.arange(len(order)), [len(s.turns) for s in order])            # (N,)
+        openings, centroids = session_vectors(np.asarray(embed(texts), dtype=np.float64), session_of, len(order),
+                                              opening)                                          # (S, D) each
+        for p in range(1, len(order)):
+            parent, _ = link(openings[p], centroids[:p], None, 0.0, min_cos, min_margin)
+            first = next((t for t in order[p].turns if t.speaker == episode.main_speaker and t.text.strip()), None)
+            if parent < 0 or first is None:
+                continue
+            continued = order[parent]
+            turns = [(s, t) for s in order[:p] for t in s.turns
+                     if s is not continued or t.speaker == episode.main_speaker]
+            positives = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for s, t in turns if s is continued))
+            if not positives:
+                continue
+            candidates = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for _, t in turns))
+            out.append(RetrievalExample(first.text, positives, candidates, episode.id, f"{order[p].id}:thread"))
+    return out
+
+
 def examples_of(kind: str, episodes: Sequence[Episode], fmt: FormatConfig | None = None,
                 training: bool = False) -> list[RetrievalExample]:
     """The examples of one ``RetrieverConfig.pairs`` kind; ``training`` lets a tagged turn without earlier
@@ -360,6 +404,8 @@ def examples_of(kind: str, episodes: Sequence[Episode], fmt: FormatConfig | None
         return retrieval_examples(episodes, fmt, fallback_to_episode=training)
     if kind in ("questions", "session_questions"):
         return question_examples(episodes, sessions=kind == "session_questions")
+    if kind == "thread_pairs":
+        return thread_examples(episodes)
     raise ConfigError(f"unknown retriever example kind {kind!r}; known: {list(PAIRS)}.")
 
 

@@ -12,7 +12,7 @@ from pipelines.training.config import EngineSettings
 
 CONFIG_FILE = "retriever.json"
 EVAL_FILE = "retriever_eval.json"   # the emma_retriever stage's test scores, in the model folder (the report reads it)
-PAIRS = ("memory_tags", "questions", "session_questions")  # the kinds of training examples (RetrieverConfig.pairs)
+PAIRS = ("memory_tags", "questions", "session_questions", "thread_pairs")  # the kinds of training examples (RetrieverConfig.pairs)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,9 @@ class RetrieverConfig(EngineSettings):
                                        # turns, the paper's data), "questions" (question -> its evidence turns,
                                        # candidates = the episode's earlier turns; set memory_max_length 64-128 for
                                        # turns), "session_questions" (question -> the main speaker's turns of its
-                                       # evidence sessions: RealMem; see question_examples)
+                                       # evidence sessions: RealMem; see question_examples), "thread_pairs" (mined
+                                       # without labels: a session's first turn -> the session its content continues;
+                                       # thread_examples)
 
     def __post_init__(self) -> None:
         pairs = (self.pairs,) if isinstance(self.pairs, str) else tuple(self.pairs)   # YAML and JSON give lists

@@ -230,7 +230,28 @@ def ablation_markdown(run: SuiteRun) -> list[str]:
             cells.append(fmt(value) + (f" ({gain:+.4f})" if gain is not None else ""))
         lines.append(f"| {step} | {row['strategy']} | {row['adds']} | " + " | ".join(cells)
                      + f" | {fmt(row['latency_ms_p50'], 2)} | {fmt(row['index_mb'], 3)} |")
+    losses = ablation_losses(rows, metrics)
+    if losses:
+        lines += ["", "**Steps that lose:** " + "; ".join(losses) + ". A trained step's model makes this suite's "
+                  "retrieval worse than the step it builds on: it learnt from other data (its trained_on.json names "
+                  "the sources), or too little of it."]
     return lines + [""]
+
+
+def ablation_losses(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> list[str]:
+    """"`rerank` (a trained model) below `fusion_threads` on session/recall_all@5 (-0.0125)" for each step of the
+    ablation that scores below the step above it on some metric (the first stage a step builds on)."""
+    out, previous = [], None
+    for row in rows:
+        if "missing" in row:
+            continue
+        lost = [f"{m} ({row[f'gain {m}']:+.4f})" for m in metrics
+                if row.get(f"gain {m}") is not None and row[f"gain {m}"] < 0]
+        if lost and previous is not None:
+            trained = " (a trained model)" if getattr(STRATEGIES.get(row["strategy"]), "model_settings", None) else ""
+            out.append(f"`{row['strategy']}`{trained} below `{previous}` on " + ", ".join(lost))
+        previous = row["strategy"]
+    return out
 
 
 def _suite_markdown(run: SuiteRun, profile: str = "tiny", answers: AnswerRun | None = None,

@@ -66,7 +66,7 @@ from pipelines.memory.base import Retrieved, Selector, check_k, check_weights, r
 from pipelines.lexical import bm25_tokens
 from pipelines.models.embeddings import Embedder
 from pipelines.memory.hybrid import RankerPair, RankersConfig
-from pipelines.memory.calibration import CALIBRATIONS, calibrate
+from pipelines.calibration import CALIBRATIONS, calibrate
 from pipelines.memory.index import BM25Index, top_k
 from pipelines.memory.turn_store import retrieved_turns
 
@@ -386,7 +386,7 @@ class Fusion(RankerPair):
             adjust = day_weights(layout.days, self._time_reader(query), c.time_mode, boost=c.time_boost)  # (S,)
             pooled = pooled + adjust                                                 # -inf: filtered out
         if c.thread_weight and layout.threads is not None:
-            from pipelines.memory.threads import expand
+            from pipelines.threads import expand
 
             pooled = expand(pooled, layout.threads, c.thread_weight, c.thread_recency)  # (S,)
         if c.session_prior:
@@ -469,7 +469,7 @@ class _Layout:
     keys: BM25Index | None        # BM25 over the S session keys (session_key_weight > 0)
     expansions: np.ndarray        # (S, D) float32: the key expansions' vectors (zeros without)
     expanded: np.ndarray          # (S,) bool: the session has an embedded expansion
-    threads: Any = None           # the sessions' thread forest (thread_weight > 0; pipelines.memory.threads.Threads)
+    threads: Any = None           # the sessions' thread forest (thread_weight > 0; pipelines.threads.Threads)
 
     @classmethod
     def of(cls, fusion: "Fusion") -> "_Layout":
@@ -496,9 +496,9 @@ class _Layout:
 
 
 def _threads(fusion: "Fusion", sessions: list[str], session_of: np.ndarray, keys: BM25Index | None):
-    """The held sessions' thread forest (:mod:`.threads`). A session's link is made once, against the sessions
+    """The held sessions' thread forest (:mod:`pipelines.threads`). A session's link is made once, against the sessions
     held before it, and kept (``_links``: session id -> (its parent's id or None, cosine)) until a forget."""
-    from pipelines.memory.threads import forest, link, session_vectors
+    from pipelines.threads import forest, link, session_vectors
 
     c = fusion.config
     links = fusion._links
@@ -587,7 +587,7 @@ class FusionThreadsConfig(FusionContextConfig):
 @register_strategy("fusion_threads")
 class FusionThreads(Fusion):
     """fusion_context + threads: sessions linked by content to the earlier sessions they continue, and the latest
-    sessions of the threads the question matches lifted with them (:mod:`.threads`)."""
+    sessions of the threads the question matches lifted with them (:mod:`pipelines.threads`)."""
 
     config_class = FusionThreadsConfig
     ingredient = "+ threads: sessions linked by content, the matched threads' latest sessions lifted"

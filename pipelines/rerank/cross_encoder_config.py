@@ -11,7 +11,7 @@ from pipelines.training.config import EngineSettings
 CONFIG_FILE = "reranker.json"
 HEAD_FILE = "head.safetensors"      # the linear head of head: mean
 HEADS = ("mean", "classifier")
-PAIRS = ("questions", "session_questions")
+PAIRS = ("questions", "session_questions", "thread_pairs")
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class CrossEncoderConfig(EngineSettings):
     max_epochs: int = 3                # at most; early stopping on the validation LCE loss
     patience: int = 2                  # validation passes without a lower loss before stopping; 0: never
     max_train_examples: int | None = None  # keep at most this many (question, positive) groups (seeded)
-    pairs: tuple[str, ...] = ("questions",)  # questions (turn evidence) and/or session_questions (RealMem)
+    pairs: tuple[str, ...] = ("questions",)  # questions (turn evidence), session_questions (RealMem), thread_pairs
+                                             # (mined from unlabelled sessions: pipelines.emma.retriever.thread_examples)
     seed: int = 2024
 
     def __post_init__(self) -> None:

@@ -112,7 +112,7 @@ def reranker(ctx) -> StageResult:
     result = train_stage(ctx, task, knobs, RERANKER, folder=folder)
     if not is_rank_zero():
         return result
-    write_trained_on(ctx.path(RERANKER), train, valid)
+    write_trained_on(ctx.path(RERANKER), train, valid, pairs=list(cfg.pairs))
     result.metadata.update({f"examples_{kind}": n for kind, n in task.counts.items()})
     if plan is not None:
         publish_folds(ctx, plan, folder, fold_scores, result, RERANKER,

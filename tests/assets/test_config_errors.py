@@ -62,7 +62,8 @@ def test_bad_run_config_fails_the_asset_before_its_outputs_are_touched(project, 
 def test_bad_params_yaml_fails_the_asset_too_and_good_overrides_run(project):
     params = project / "params.yaml"
     shipped = params.read_text()
-    params.write_text(shipped.replace("  turns: 10", "  turn: 10"))
+    assert "\n  turns: " in shipped
+    params.write_text(shipped.replace("\n  turns: ", "\n  turn: "))
     with pytest.raises(dg.Failure) as err:
         materialize("synthetic", project, [])
     assert "params.yaml: unknown key synthetic.turn; did you mean synthetic.turns?" in config_failure(err)

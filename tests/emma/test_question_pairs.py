@@ -98,3 +98,25 @@ def test_task_trains_on_the_selected_kinds(tmp_path, episode):
     assert scores["queries"] == 3 and scores["questions/queries"] == 1
     only = R.RetrieverTask(R.RetrieverConfig(model=cfg.model, context_max_length=128, pairs=("questions",)), [ep])
     assert only.counts == {"questions": 1} and len(only.train_dataset()) == 1
+
+
+def test_thread_pairs_are_mined_from_content_alone(tmp_path):
+    """A user's five sessions, three of them one trip: the later trip sessions' first turns become questions whose
+    positives are the User's turns of the trip session they continue (read by MiniLM, no label or id used); the
+    sessions about bread and a budget sheet continue nothing and give none."""
+    from pipelines.memory.conformance import scrambled, thread_episode
+    from pipelines.models.embeddings import Embedder, EmbeddingCache, load_encoder
+
+    embed = Embedder(load_encoder(), cache=EmbeddingCache(tmp_path / "cache")).embed
+    episode = thread_episode()
+    examples = R.thread_examples([episode], embed)
+    assert [ex.turn_id for ex in examples] == ["trip:S3:thread", "trip:S5:thread"]
+    first_trip = "User: " + episode.sessions[0].turns[0].text
+    for ex, session in zip(examples, (episode.sessions[2], episode.sessions[4])):
+        assert ex.context == session.turns[0].text and ex.positives == (first_trip,)
+        assert "Assistant: " + episode.sessions[0].turns[1].text not in ex.candidates   # the continued session's
+        assert first_trip in ex.candidates and len(ex.negatives) == len(ex.candidates) - 1   # partner: left out
+    twin, _ = scrambled(episode)                     # the same pairs whatever the ids
+    assert [(ex.context, ex.positives, ex.candidates) for ex in R.thread_examples([twin], embed)] == \
+        [(ex.context, ex.positives, ex.candidates) for ex in examples]
+    assert R.examples_of("thread_pairs", []) == []

@@ -215,7 +215,7 @@ def test_random_negative_is_drawn_in_collate(synthetic_task, minilm):
 
 
 def test_a_few_steps_raise_recall_at_1(synthetic_task, minilm):
-    """Two epochs of two steps on a 4-episode synthetic fixture (15 tagged turns) lift recall@1 and MRR on
+    """Two epochs of batches of 8 on a 4-episode synthetic fixture (27 tagged turns) lift recall@1 and MRR on
     the very episodes it trains on: the model can fit. Generalisation: the held-out test below."""
     import copy
 
@@ -224,11 +224,12 @@ def test_a_few_steps_raise_recall_at_1(synthetic_task, minilm):
     model = copy.deepcopy(minilm)
     before = task.evaluate(model)
     data = task.train_dataset()
-    assert before["queries"] == len(data) == 15
+    assert before["queries"] == len(data) == 27
+    batches = [data[i:i + 8] for i in range(0, len(data), 8)]
     opt = torch.optim.AdamW(model.parameters(), lr=task.config.lr)
     model.train()
-    for step in range(4):
-        loss, n_tokens = task.compute_loss(model, task.collate(data[8 * (step % 2):][:8]))
+    for step in range(2 * len(batches)):
+        loss, n_tokens = task.compute_loss(model, task.collate(batches[step % len(batches)]))
         assert n_tokens > 0 and loss.item() >= 0
         loss.backward()
         opt.step()
@@ -257,6 +258,7 @@ def test_training_beats_the_untrained_encoder_on_held_out_test_episodes(tmp_path
                                            eval_every=100, keep_checkpoints=1), progress=False)
     assert summary.final_step == 24
     after = R.evaluate_retriever(R.DualEncoder.load(tmp_path / "run" / "final"), test_queries)
-    assert before["queries"] == after["queries"] == 67
+    assert before["queries"] == after["queries"] == 53
+    print("retriever before/after:", before, after)
     assert after["recall@1"] > before["recall@1"] + 0.05, (before, after)     # measured: 0.149 -> 0.284
     assert after["mrr"] > before["mrr"] + 0.03, (before, after)               # measured: 0.432 -> 0.513

@@ -170,3 +170,18 @@ def test_sections_are_composed_into_the_report_and_every_file_is_written_whole(e
     assert metrics == out["metrics"] and list(metrics["synthetic"]) == ["bm25", "emma"]
     assert metrics["synthetic"]["emma"] == {"generation/bleu-1": 3.0}
     assert not [p for p in out_dir.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_the_ablation_names_the_steps_that_lose_and_which_are_trained():
+    from pipelines.evaluate.report import ablation_losses
+
+    metrics = ["session/recall_all@5", "session/ndcg_any@10"]
+    rows = [{"strategy": "bm25", "session/recall_all@5": 0.5, "gain session/recall_all@5": None,
+             "session/ndcg_any@10": 0.6, "gain session/ndcg_any@10": None},
+            {"strategy": "fusion_threads", "gain session/recall_all@5": 0.1, "gain session/ndcg_any@10": 0.05},
+            {"strategy": "trained_dense", "missing": "not trained"},
+            {"strategy": "rerank", "gain session/recall_all@5": -0.0125, "gain session/ndcg_any@10": 0.01}]
+    assert ablation_losses(rows, metrics) == [
+        "`rerank` (a trained model) below `fusion_threads` on session/recall_all@5 (-0.0125)"]
+    rows[1]["gain session/ndcg_any@10"] = -0.02
+    assert ablation_losses(rows, metrics)[0] == "`fusion_threads` below `bm25` on session/ndcg_any@10 (-0.0200)"

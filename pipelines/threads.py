@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.memory.calibration import calibrate
+from pipelines.calibration import calibrate
 
 
 @dataclass(frozen=True)

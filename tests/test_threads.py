@@ -1,4 +1,4 @@
-"""Thread links between sessions (:mod:`pipelines.memory.threads`), the conversation so far as query context, and
+"""Thread links between sessions (:mod:`pipelines.threads`), the conversation so far as query context, and
 the ``fusion_context`` / ``fusion_threads`` strategies, with the shipped all-MiniLM-L6-v2 as the dense ranker."""
 
 import numpy as np
@@ -10,7 +10,7 @@ from pipelines.evaluate.protocol import in_conversation
 from pipelines.memory import STRATEGIES, build_strategy
 from pipelines.memory.conformance import thread_episode
 from pipelines.memory.fusion import FusionContext, FusionThreads
-from pipelines.memory.threads import expand, forest, link, session_vectors
+from pipelines.threads import expand, forest, link, session_vectors
 
 
 # --- the pure parts -------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Score calibration: one ranker's scores over the candidates of one query, put on a common scale.
 
 Bruch, Gai & Ingber, "An Analysis of Fusion Functions for Hybrid Retrieval" (ACM TOIS 2023): min-max
-(s - min) / (max - min), or the z-score (s - mean) / std, before a convex combination of rankers (:mod:`.fusion`,
-:mod:`.threads`, :mod:`.rerank`).
+(s - min) / (max - min), or the z-score (s - mean) / std, before a convex combination of rankers (:mod:`pipelines.memory.fusion`,
+:mod:`pipelines.threads`, :mod:`pipelines.memory.rerank`).
 """
 
 from __future__ import annotations
