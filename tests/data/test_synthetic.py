@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
-from datetime import timedelta
+from dataclasses import replace
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipelines.data import synthetic_lexicon as lex
 from pipelines.data.schema import QUERY_CATEGORIES_SYNTHETIC, SPLITS, read_episodes
-from pipelines.data.synthetic import (CATEGORIES, SyntheticConfig, generate, split_counts,
+from pipelines.data.synthetic import (CATEGORIES, SyntheticConfig, generate, split_counts, time_expressions,
                                       write_splits)
 from pipelines.errors import ConfigError
+from pipelines.lexical import bm25_tokens
+from pipelines.memory.temporal import extract_time_range
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(episodes=6, sessions=4, turns=6, partners=2, queries_per_session=2)
+TINY = SyntheticConfig(**yaml.safe_load((ROOT / "params.yaml").read_text())["synthetic"])   # the tiny profile
 
 
 @pytest.fixture(scope="module")
 def episodes():
-    return generate(SyntheticConfig())
+    return generate(TINY)
 
 
 def _dump(eps) -> str:
@@ -50,16 +56,17 @@ def test_same_seed_gives_byte_identical_files_and_another_seed_differs(tmp_path)
 
 
 def test_default_counts_match_the_tiny_profile(episodes):
-    assert len(episodes) == 24
-    assert Counter(e.split for e in episodes) == {"train": 16, "valid": 4, "test": 4}
+    assert TINY == SyntheticConfig()                       # the defaults are params.yaml's
+    assert len(episodes) == 12
+    assert Counter(e.split for e in episodes) == {"train": 8, "valid": 2, "test": 2}
     for e in episodes:
         assert e.source == "synthetic"
         assert len(e.speakers) == 4 and e.speakers[0].name == e.main_speaker
-        assert [s.index for s in e.sessions] == [0, 1, 2, 3, 4, 5]
-        assert all(len(s.turns) == 10 for s in e.sessions)
-        assert len(e.queries) == 15                       # 3 per session, sessions 2..6
-        assert Counter(q.session_id for q in e.queries) == {f"{e.id}:S{k}": 3 for k in range(2, 7)}
-    assert sum(len(e.queries) for e in episodes) == 360
+        assert [s.index for s in e.sessions] == list(range(16))
+        assert all(len(s.turns) == 8 for s in e.sessions)
+        assert len(e.queries) == 45                       # 3 per session, sessions 2..16
+        assert Counter(q.session_id for q in e.queries) == {f"{e.id}:S{k}": 3 for k in range(2, 17)}
+    assert sum(len(e.queries) for e in episodes) == 540
 
 
 def test_knobs_change_the_counts():
@@ -79,7 +86,7 @@ def test_ids_follow_the_scheme(episodes):
     assert e.sessions[1].id == "syn-0003:S2" and e.sessions[1].turns[4].id == "syn-0003:S2:T5"
     assert [m.id for m in e.sessions[1].memories] == \
         [f"syn-0003:S2:M{j}" for j in range(1, len(e.sessions[1].memories) + 1)]
-    assert [q.id for q in e.queries] == [f"syn-0003:Q{j}" for j in range(1, 16)]
+    assert [q.id for q in e.queries] == [f"syn-0003:Q{j}" for j in range(1, 46)]
     for ep in episodes:
         ids = [ep.id] + [s.id for s in ep.sessions] + [t.id for _, t in ep.turns()] \
             + [m.id for m in ep.memories()] + [q.id for q in ep.queries]
@@ -103,7 +110,7 @@ def test_split_counts(n, fractions, expected):
 
 def test_split_is_by_episode_and_written_to_three_files(tmp_path, episodes):
     counts = write_splits(episodes, tmp_path)
-    assert counts == {"train": 16, "valid": 4, "test": 4}
+    assert counts == {"train": 8, "valid": 2, "test": 2}
     seen: dict[str, str] = {}
     for split in SPLITS:
         back = read_episodes(tmp_path / f"{split}.jsonl")
@@ -124,17 +131,19 @@ def test_one_partner_per_session_rotating_and_turns_alternate(episodes):
         assert set(order) == set(partners)                # every partner at least once
         assert all(a != b for a, b in zip(order, order[1:]))
         for s in e.sessions:
-            assert [t.speaker for t in s.turns] == [e.main_speaker, s.partner] * 5
+            assert [t.speaker for t in s.turns] == [e.main_speaker, s.partner] * (TINY.turns // 2)
 
 
-def test_timestamps_increase_with_growing_gaps_of_hours_to_months(episodes):
-    for e in episodes:
+@pytest.mark.parametrize("knobs", [{}, dict(min_gap_hours=2.0)])
+def test_timestamps_increase_with_growing_gaps_of_days_or_hours_to_months(episodes, knobs):
+    config = replace(TINY, **knobs)
+    for e in (episodes if not knobs else generate(config)):
         times = [s.timestamp for s in e.sessions]
         gaps = [b - a for a, b in zip(times, times[1:])]
         assert all(g > timedelta(0) for g in gaps)
         assert gaps == sorted(gaps)
-        assert min(gaps) >= timedelta(hours=2) - timedelta(minutes=1)
-        assert max(gaps) <= timedelta(days=90, minutes=1)
+        assert min(gaps) >= timedelta(hours=config.min_gap_hours) - timedelta(minutes=1)
+        assert max(gaps) <= timedelta(days=config.max_gap_days, minutes=1)
 
 
 def test_speakers_have_names_roles_and_persona(episodes):
@@ -275,26 +284,75 @@ def test_knowledge_update_answers_the_newest_value_with_a_link_to_the_old(episod
                     assert t.triplets[0].object == q.answer
 
 
-def test_temporal_answers_depend_on_dates_or_order(episodes):
+def _statements(episode, subject: str, relation: str, before: int) -> list[int]:
+    """Session indexes where ``subject`` stated (or changed) ``relation`` before session ``before``: the turns with
+    that triplet whose session wrote a memory of it (a recall turn writes none)."""
+    return [s.index for s in episode.sessions[:before] for t in s.turns
+            if t.triplets and (t.triplets[0].subject, t.triplets[0].relation) == (subject, relation)
+            and any(m.about == subject and t.triplets[0].object in m.text for m in s.memories)]
+
+
+def test_temporal_answers_depend_on_dates_order_or_the_time_named(episodes):
     kinds = Counter()
     for e in episodes:
-        turns, _, _ = _index(e)
+        turns, _, sessions = _index(e)
         for q in (q for q in e.queries if q.category == "temporal"):
             first = turns[q.evidence_turns[0]]
-            if len(q.evidence_turns) == 1:                 # "When did X first mention ...?"
+            fact = first[1].triplets[0]
+            if len(q.evidence_turns) == 1 and q.answer == fact.object:   # "What was X's job when we talked in May?"
+                named = extract_time_range(q.question, q.timestamp)
+                said = _statements(e, fact.subject, fact.relation, sessions[q.session_id].index)
+                assert len(said) >= 2                     # the fact changed: only the time tells its statements apart
+                assert [k for k in said if named.contains(e.sessions[k].timestamp)] == [first[0]]
+                kinds["at"] += 1
+            elif len(q.evidence_turns) == 1:               # "When did X first mention ...?"
                 when = e.sessions[first[0]].timestamp
                 assert q.answer == f"{when.day} {lex.MONTHS[when.month - 1]} {when.year}"
                 kinds["date"] += 1
             elif q.answer.startswith(tuple(f"{x.name}'s " for x in e.speakers)):  # "which came first"
-                fact = first[1].triplets[0]
                 assert len(q.evidence_sessions) == 2
                 assert q.answer == f"{fact.subject}'s {lex.RELATION_BY_NAME[fact.relation].noun}"
                 kinds["order"] += 1
             else:                                          # value before the latest change
                 second = turns[q.evidence_turns[1]][1].triplets[0]
-                assert q.answer == first[1].triplets[0].object != second.object
+                assert q.answer == fact.object != second.object
                 kinds["before"] += 1
-    assert set(kinds) == {"date", "order", "before"}
+    assert set(kinds) == {"date", "order", "before", "at"}
+
+
+def test_questions_that_name_a_time_resolve_to_their_evidence(episodes):
+    """Every question the temporal rules read a range from names its newest evidence session's day; none other
+    does (no accidental range: "May I ask", "these days")."""
+    timed, expressions = 0, Counter()
+    for e in episodes:
+        turns, _, sessions = _index(e)
+        for q in e.queries:
+            named = extract_time_range(q.question, q.timestamp)
+            if named is None:
+                continue
+            timed += 1
+            newest = max(turns[x][0] for x in q.evidence_turns)
+            assert named.contains(e.sessions[newest].timestamp)
+            earlier = e.sessions[:sessions[q.session_id].index]
+            assert len([s for s in earlier if named.contains(s.timestamp)]) < max(len(earlier), 2)   # it tells
+            words = named.expression.lower().split()
+            expressions["ago" if words[-1] == "ago" else "day" if words[-1].isdigit() or words[-1].endswith(",")
+                        else "month" if words[-1].capitalize() in lex.MONTHS else " ".join(words)] += 1
+    assert timed >= 0.2 * sum(len(e.queries) for e in episodes)
+    assert {"ago", "day", "month"} <= set(expressions)
+
+
+@pytest.mark.parametrize("today", [date(2023, 3, 15), date(2023, 1, 2), date(2024, 2, 29), date(2022, 12, 31)])
+def test_time_expressions_name_the_ranges_the_temporal_rules_read(today):
+    for back in range(0, 400, 3):
+        day = today - timedelta(days=back)
+        found = time_expressions(day, today)
+        assert found and all(start <= day <= end for _, start, end in found)
+        for phrase, start, end in found:
+            for template in lex.TIME_WRAP:
+                question = template.format(when=phrase, q_lower="what does Mia do for a living?")
+                named = extract_time_range(question, datetime.combine(today, datetime.min.time()))
+                assert (named.start.date(), named.end.date()) == (start, end), (phrase, today)
 
 
 def test_questions_paraphrase_and_never_contain_their_evidence(episodes):
@@ -311,6 +369,130 @@ def test_questions_paraphrase_and_never_contain_their_evidence(episodes):
     assert len({q.question for e in episodes for q in e.queries}) >= 300
 
 
+# --- threads, distractor sessions, paraphrase ------------------------------------------------------
+
+PROJECT = {p.name: p for p in lex.PROJECTS}
+
+
+def _threads(episode) -> dict[str, list[int]]:
+    """Project name -> the indexes of its sessions: those whose first turn opens or continues it."""
+    out: dict[str, list[int]] = {}
+    for s in episode.sessions:
+        for p in lex.PROJECTS:
+            if any(x in s.turns[0].text for x in p.opens + p.again):
+                out.setdefault(p.name, []).append(s.index)
+    return out
+
+
+def test_threads_interleave_over_sessions_whose_ids_do_not_tell(episodes):
+    apart = 0
+    for e in episodes:
+        threads = _threads(e)
+        assert len(threads) == TINY.threads and all(len(ks) == TINY.thread_sessions for ks in threads.values())
+        assert sum(len(ks) for ks in threads.values()) == len({k for ks in threads.values() for k in ks})
+        assert [s.id for s in e.sessions] == [f"{e.id}:S{k}" for k in range(1, TINY.sessions + 1)]
+        for name, ks in threads.items():
+            p = PROJECT[name]
+            assert any(x in e.sessions[ks[0]].turns[0].text for x in p.opens)
+            assert all(any(x in e.sessions[k].turns[0].text for x in p.again) for k in ks[1:])
+            for slot in p.slots:                       # its facts are the main speaker's, said in its sessions only
+                assert set(_statements(e, e.main_speaker, slot.name, TINY.sessions)) <= set(ks)
+            stated = {k for slot in p.slots for k in _statements(e, e.main_speaker, slot.name, TINY.sessions)}
+            assert stated == set(ks)                   # every session of the thread states or changes one
+            apart += ks != list(range(ks[0], ks[0] + len(ks)))
+        assert any(t.triplets and t.triplets[0].relation == slot.name and t.speaker == e.main_speaker
+                   for s in e.sessions for t in s.turns for p in map(PROJECT.get, threads) for slot in p.slots)
+    assert apart >= 2 * len(episodes)                  # threads interleave with the other sessions
+
+
+def test_a_later_thread_session_opens_with_a_question_about_the_threads_newest_facts(episodes):
+    asked = vague = 0
+    for e in episodes:
+        turns, _, _ = _index(e)
+        opening = {}
+        for q in e.queries:
+            opening.setdefault(q.session_id, q)
+        for name, ks in _threads(e).items():
+            p = PROJECT[name]
+            for j, k in enumerate(ks[1:], 1):
+                q = opening.get(e.sessions[k].id)
+                if q is None:                              # before first_query_session
+                    continue
+                asked += 1
+                vague += any(v in q.question for v in p.vague)
+                assert any(h in q.question for h in p.hints + p.vague)      # it names the project
+                assert {turns[x][0] for x in q.evidence_turns} <= set(ks[:j])
+                for x in q.evidence_turns:
+                    fact = turns[x][1].triplets[0]
+                    assert fact.subject == e.main_speaker and fact.relation in {r.name for r in p.slots}
+                    said = _statements(e, fact.subject, fact.relation, k)
+                    assert turns[x][0] in said[-2:]        # the newest statement (and, updated, the one before)
+                    if q.category != "multi-session":
+                        assert q.answer == turns[q.evidence_turns[-1]][1].triplets[0].object
+                        assert turns[x][0] in said[-2:] and said[-1] == turns[q.evidence_turns[-1]][0]
+                if any(a in q.question for a in lex.THREAD_LAST):           # "what did I decide last time?"
+                    newest = max(i for i in ks[:j])
+                    assert [turns[x][0] for x in q.evidence_turns] == [newest]
+    assert asked >= 60 and 0 < vague < asked
+
+
+def test_distractor_sessions_hold_look_alikes_that_carry_no_fact(episodes):
+    who = "(?P<who>" + "|".join(map(re.escape, lex.THIRD_PARTIES)) + ")"
+    like = [re.compile(re.escape(t).replace(re.escape("{who}"), who).replace(re.escape("{vp}"), "(?P<vp>.+)") + "$")
+            for t in lex.LOOK_ALIKES]
+    vps = {r.fill(r.vp, v) for r in lex.RELATIONS for v in r.values}
+    projects = people = 0
+    for e in episodes:
+        threads = _threads(e)
+        own = {k: name for name, ks in threads.items() for k in ks}
+        names = [x.name for x in e.speakers]
+        for s in e.sessions:
+            for t in s.turns:
+                decoy = [p for p in lex.PROJECTS for d in p.decoys for n in names if d.format(name=n) in t.text]
+                if decoy:
+                    projects += 1
+                    assert not t.triplets and not t.memory_tags
+                    assert decoy[0].name in threads and own.get(s.index) != decoy[0].name   # another thread's kind
+                match = next((m for m in (x.search(t.text) for x in like) if m), None)
+                if match:
+                    people += 1
+                    assert not t.triplets and not t.memory_tags and match["vp"] in vps
+    assert projects >= 5 * len(episodes) and people >= 5 * len(episodes)
+
+
+def test_a_part_of_the_questions_shares_no_word_with_its_evidence(episodes):
+    """Paraphrased questions (and those worded by a relation's noun) leave lexical match nothing to match but
+    names; the others share a word with their evidence turn."""
+    shared = none = swapped = 0
+    for e in episodes:
+        turns, _, _ = _index(e)
+        names = {x.name.lower() for x in e.speakers}
+        for q in e.queries:
+            words = set(bm25_tokens(q.question)) - names
+            said = set().union(*(bm25_tokens(turns[x][1].text) for x in q.evidence_turns))
+            shared, none = shared + bool(words & said), none + (not words & said)
+            swapped += any(re.search(rf"\b{re.escape(o)}\b", q.question) for key, alts in lex.SYNONYMS.items()
+                           for o in alts if re.search(rf"\b{key}\b", " ".join(turns[x][1].text.lower()
+                                                                            for x in q.evidence_turns)))
+    assert 0.25 < none / (shared + none) < 0.75
+    assert swapped >= 30
+
+
+def test_project_words_paraphrase_and_look_alike():
+    def words(text: str) -> set[str]:
+        return {w for w in bm25_tokens(text) if len(w) > 2}       # not the "m" of "I'm"
+
+    for p in lex.PROJECTS:
+        said = set().union(*(words(x) for x in [*p.hints, *p.opens, *p.again, *p.follow_ups]),
+                           *(words(r.fill(t, v)) for r in p.slots for t in r.say + r.change for v in r.values))
+        assert all(not words(v) & said for v in p.vague)          # a vague name shares no word with the thread
+        assert all(words(d) & said for d in p.decoys)             # a look-alike shares some
+        for slot in p.slots:
+            assert slot.mutable and all(a.format(s="I") != a.format(s="Mia") for a in slot.ask)
+    for word, alternatives in lex.SYNONYMS.items():
+        assert word not in alternatives and all(word not in bm25_tokens(a) for a in alternatives)
+
+
 # --- variety --------------------------------------------------------------------------------------
 
 def test_variety_of_relations_entities_and_templates(episodes):
@@ -323,14 +505,16 @@ def test_variety_of_relations_entities_and_templates(episodes):
                 rel = lex.RELATION_BY_NAME[fact.relation]
                 used = {i for i, x in enumerate(rel.say + rel.change) if rel.fill(x, fact.object) in t.text}
                 templates.setdefault(fact.relation, set()).update(used)
-    assert relations == {r.name for r in lex.RELATIONS} and len(relations) >= 30
+    assert relations == {r.name for r in lex.RELATIONS + lex.PROJECT_RELATIONS} and len(relations) >= 45
     assert len(entities) >= 150
-    assert min(len(v) for v in templates.values()) >= 3
+    assert min(len(templates[r.name]) for r in lex.RELATIONS) >= 3
+    assert min(len(templates[r.name]) for r in lex.PROJECT_RELATIONS) >= 2     # rarer: a project is in few episodes
 
 
 def test_lexicon_templates_render():
     assert len(set(lex.NAMES)) == len(lex.NAMES) >= 100
-    for rel in lex.RELATIONS:
+    assert len(lex.RELATION_BY_NAME) == len(lex.RELATIONS) + len(lex.PROJECT_RELATIONS)
+    for rel in lex.RELATIONS + lex.PROJECT_RELATIONS:
         assert len(rel.say) >= 3 and len(rel.ask) >= 2 and len(rel.values) >= 10
         assert len(set(rel.values)) == len(rel.values)
         for template in rel.say + rel.change:
@@ -369,10 +553,30 @@ def test_a_thousand_session_episode_generates():
     (dict(min_gap_hours=None), "min_gap_hours must be a finite number, got None"),
     (dict(recall_rate=float("inf")), "recall_rate must be a finite number"),
     (dict(id_prefix=7), "id_prefix must be a string, got 7"),
+    (dict(threads=7), "threads must be between 0 and 6"),
+    (dict(threads=-1), "threads must be between 0 and 6"),
+    (dict(threads=1.5), "threads must be an integer"),
+    (dict(thread_sessions=1), "thread_sessions must be at least 2"),
+    (dict(decoy_rate=1.5), r"decoy_rate must be in \[0, 1\]"),
+    (dict(paraphrase_rate=-0.1), r"paraphrase_rate must be in \[0, 1\]"),
+    (dict(time_rate="0.5"), "time_rate must be a finite number, got '0.5'"),
 ])
 def test_bad_config_raises_a_config_error(knobs, message):
     with pytest.raises(ConfigError, match=message):
         SyntheticConfig(**knobs)
+
+
+def test_no_threads_no_distractors_no_paraphrase_no_time():
+    config = replace(TINY, threads=0, decoy_rate=0.0, paraphrase_rate=0.0, time_rate=0.0, episodes=3)
+    for e in generate(config):
+        assert not _threads(e)
+        assert not any(t.triplets and t.triplets[0].relation in {r.name for r in lex.PROJECT_RELATIONS}
+                       for _, t in e.turns())
+        assert not any(extract_time_range(q.question, q.timestamp) for q in e.queries)
+        assert not any(v in q.question for q in e.queries for p in lex.PROJECTS for v in p.vague)
+    # few threads fit in few sessions; none when a thread would need more sessions than the episode has
+    assert len(_threads(generate(replace(config, threads=3, sessions=9, episodes=1))[0])) == 2
+    assert not _threads(generate(replace(config, threads=3, sessions=3, episodes=1))[0])
 
 
 def test_sessions_below_the_first_query_session_have_no_queries():
