@@ -136,3 +136,16 @@ def test_the_classifier_head_of_a_trained_cross_encoder_checkpoint_is_kept(tmp_p
     assert scores.tolist() == pytest.approx(again.score("Where is Leo moving?", list(TURNS)).tolist(), abs=1e-6)
     with pytest.raises(ConfigError, match="rerank.model.head"):
         X.CrossEncoderConfig(head="cls")
+
+
+def test_the_reranker_learns_from_pairs_mined_without_labels():
+    """thread_pairs: a user's sessions with no question and no evidence still give training groups (the later trip
+    sessions' first turns against the trip session they continue)."""
+    from pipelines.memory.conformance import thread_episode
+
+    episode = thread_episode()
+    assert episode.queries == []
+    task = X.RerankerTask(X.CrossEncoderConfig(pairs=("thread_pairs",)), [episode])
+    assert task.counts["thread_pairs"] == 2 and task.counts["groups"] == 2
+    question, pairs = task.train_dataset()[0]
+    assert question == episode.sessions[2].turns[0].text and pairs[0] == "User: " + episode.sessions[0].turns[0].text
