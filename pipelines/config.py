@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from pipelines.config_schema import check_keys, check_values
+from pipelines.config_schema import check_keys, check_values, origin_of
 from pipelines.errors import ConfigError
 
 CODE_ROOT = Path(__file__).resolve().parent.parent
@@ -241,25 +241,12 @@ def value_origin(dotted: str, overrides: dict | None = None, params_file: Path |
     """Where the resolved value of the dotted key comes from, as the user would name it: ``--set <key>`` (the
     overrides, ``overrides_origin``), ``<key> in <params.yaml>``, ``<key> of profile <name>``, or ``<key> (default)``
     when no layer sets it (the code's default)."""
-    def _sets(layer: dict, key: str) -> bool:
-        node: Any = layer
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return False
-            node = node[part]
-        return True
-
     path = Path(params_file or PARAMS_FILE)
     params = load_params(path) if path.exists() else {}
     overrides = overrides or {}
-    if _sets(overrides, dotted):
-        return f"{overrides_origin} {dotted}"
-    if _sets(params, dotted):
-        return f"{dotted} in {path}"
     profile = _profile(overrides, params)
-    if _sets(PROFILES.get(profile, {}), dotted):
-        return f"{dotted} of profile {profile}"
-    return f"{dotted} (default)"
+    return origin_of(dotted, [(f"{overrides_origin} {dotted}", overrides), (f"{dotted} in {path}", params),
+                              (f"{dotted} of profile {profile}", PROFILES.get(profile, {}))], f"{dotted} (default)")
 
 
 def stage_config(config: dict, sections: tuple[str, ...]) -> dict:

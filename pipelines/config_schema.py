@@ -229,9 +229,9 @@ def _sets(layer: dict, dotted: str) -> bool:
     return True
 
 
-def _origin_of(dotted: str, layers: list[tuple[str, dict]]) -> str:
-    """The label of the highest-priority layer that sets ``dotted``."""
-    return next((label for label, layer in layers if _sets(layer, dotted)), "config")
+def origin_of(dotted: str, layers: list[tuple[str, dict]], default: str = "config") -> str:
+    """The label of the highest-priority layer that sets ``dotted`` (``default`` when none does)."""
+    return next((label for label, layer in layers if _sets(layer, dotted)), default)
 
 
 def _build(section: Section, values: dict, config: dict, root: Path, dotted: str,
@@ -247,7 +247,7 @@ def _build(section: Section, values: dict, config: dict, root: Path, dotted: str
             cls(**{k: v for k, v in {**base, **values}.items() if k in names})
     except (ConfigError, TypeError, ValueError, AttributeError) as exc:  # the last three: a check not phrased
         named = [k for k in values if re.search(rf"\.{re.escape(str(k))}\b", str(exc))]  # keys the message names
-        where = dict.fromkeys(_origin_of(f"{dotted}.{k}", layers) for k in named) if dotted else {}
+        where = dict.fromkeys(origin_of(f"{dotted}.{k}", layers) for k in named) if dotted else {}
         origin = f" (set in {', '.join(where)})" if where else ""
         raise ConfigError(f"{dotted or 'config'}{origin}: {exc}") from exc
 
@@ -262,9 +262,9 @@ def check_values(config: dict, root: Path, layers: list[tuple[str, dict]] | None
         if declaration is UNKNOWN or isinstance(declaration, Section):
             continue
         if not _matches(value, declaration):
-            raise _type_error(dotted, value, declaration, _origin_of(dotted, layers))
+            raise _type_error(dotted, value, declaration, origin_of(dotted, layers))
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{_origin_of(dotted, layers)}: {dotted} must be a finite number, got {value!r}.")
+            raise ConfigError(f"{origin_of(dotted, layers)}: {dotted} must be a finite number, got {value!r}.")
 
     def build(section: Section, values: dict, dotted: str) -> None:
         _build(section, values, config, root, dotted, layers)

@@ -13,8 +13,10 @@ centroid c_t, the normalised mean of all its turns' vectors. Its link score to a
 
     a(s, t) = z_t(cos(o_s, c_t)) + w_l * z_t(BM25(opening tokens of s, whole text of t))       (z: min-max over t < s)
 
-s is linked to its best earlier session t* = argmax_t a(s, t) when cos(o_s, c_t*) >= tau (``link_min_cos``): a
-session that continues nothing (a one-off question) stays unlinked. The links form a forest; its trees are the
+s is linked to its best earlier session t* = argmax_t a(s, t) when cos(o_s, c_t*) >= tau (``link_min_cos``) and
+cos(o_s, c_t*) >= delta + mean_t cos(o_s, c_t) (``link_min_margin``: it stands out of the earlier sessions; a file
+whose sessions all look alike, LoCoMo's chats of two friends, links nothing): a session that continues nothing (a
+one-off question) stays unlinked. The links form a forest; its trees are the
 threads (each session in one thread, a new thread when unlinked).
 
 Expansion at query time, from the session scores S (S,) of the first stage (any finite scores, -inf for a session
@@ -42,7 +44,6 @@ class Threads:
     """The held sessions' thread forest (observation order, S sessions)."""
 
     parent: np.ndarray    # (S,) int: the earlier session each session continues, -1 for none
-    score: np.ndarray     # (S,) float: the cosine of that link (nan for none)
     thread: np.ndarray    # (S,) int: each session's thread, numbered 0.. by its first (oldest) session
     newer: np.ndarray     # (S,) int: sessions of the same thread observed after it (0: the thread's latest)
 
@@ -91,7 +92,7 @@ def link(opening: np.ndarray, centroids: np.ndarray, lexical: np.ndarray | None,
     return -1, float("nan")
 
 
-def forest(parent: np.ndarray, score: np.ndarray | None = None) -> Threads:
+def forest(parent: np.ndarray) -> Threads:
     """The threads of S sessions in observation order from each one's parent (S,) (an earlier position, or -1)."""
     parent = np.asarray(parent, dtype=np.int64)
     n = len(parent)
@@ -105,8 +106,7 @@ def forest(parent: np.ndarray, score: np.ndarray | None = None) -> Threads:
     for s in range(n - 1, -1, -1):                                         # latest first
         newer[s] = seen[thread[s]]
         seen[thread[s]] += 1
-    return Threads(parent, np.full(n, np.nan) if score is None else np.asarray(score, dtype=np.float64),
-                   thread.astype(np.int64), newer)
+    return Threads(parent, thread.astype(np.int64), newer)
 
 
 def expand(scores: np.ndarray, threads: Threads, weight: float, recency: float) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -46,3 +47,14 @@ def locomo_without_text(tmp_path: Path) -> Path:
     path = tmp_path / "locomo10.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
+
+
+def break_an_evidence_turn(raw) -> None:
+    """Make the second line of a raw synthetic episodes file (``raw``, a Path) name a turn that does not exist as
+    a query's evidence: a file whose validation fails on a blocking rule."""
+    lines = raw.read_text().splitlines()
+    episode = json.loads(lines[1])
+    query = next(q for q in episode["queries"] if q.get("evidence_turns"))
+    query["evidence_turns"][0] = "no-such-turn"
+    lines[1] = json.dumps(episode)
+    raw.write_text("\n".join(lines) + "\n")

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from pipelines.config import CODE_ROOT
+from tests._cli import break_an_evidence_turn
 from pipelines.locks import LOCK_DIR
 from pipelines.staging import STAGING_DIR
 
@@ -103,12 +104,7 @@ def test_a_stage_failing_its_data_check_keeps_its_outputs_and_dvc_lock(project):
     # Bad data: a query's evidence names a turn that does not exist. DVC runs the validating stage alone on it (a
     # plain repro would regenerate the raw data first), whose blocking rule fails.
     raw = root / "data/raw/synthetic/test.jsonl"
-    lines = raw.read_text().splitlines()
-    episode = json.loads(lines[1])
-    query = next(q for q in episode["queries"] if q.get("evidence_turns"))
-    query["evidence_turns"][0] = "no-such-turn"
-    lines[1] = json.dumps(episode)
-    raw.write_text("\n".join(lines) + "\n")
+    break_an_evidence_turn(raw)
     assert "ingest_synthetic:" in dvc(project, "status").stdout  # a changed dep: the stage is changed
     repro = dvc(project, "repro", "--single-item", "ingest_synthetic", check=False)
     assert "Running stage 'ingest_synthetic'" in repro.stdout, repro.stdout + repro.stderr

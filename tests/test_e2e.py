@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from pipelines.config import CODE_ROOT
+from tests._cli import break_an_evidence_turn
 from tests.browser.harness import shipped_files
 
 VENV_BIN = Path(sys.executable).parent
@@ -191,12 +192,7 @@ def test_corrupted_input_stops_the_chain_naming_file_record_rule(project):
         sh(project, "python", "-m", "pipelines", "run", "synthetic", "--no-track")
     if not (root / "data/canonical/synthetic").exists():  # a last good canonical data set, which must survive
         sh(project, "python", "-m", "pipelines", "run", "ingest_synthetic", "--no-track")
-    lines = raw.read_text().splitlines()
-    episode = json.loads(lines[1])
-    query = next(q for q in episode["queries"] if q.get("evidence_turns"))
-    query["evidence_turns"][0] = "no-such-turn"
-    lines[1] = json.dumps(episode)
-    raw.write_text("\n".join(lines) + "\n")
+    break_an_evidence_turn(raw)
     for rel in ("reports/benchmark.md", "reports/metrics.json"):
         (root / rel).unlink(missing_ok=True)
 

@@ -337,19 +337,32 @@ def question_examples(episodes: Iterable[Episode], sessions: bool = False) -> li
                 continue
             earlier = order if query.session_id is None else order[:position[query.session_id]]
             if sessions:
-                evidence = set(query.evidence_sessions)
-                turns = [(s, t) for s in earlier for t in s.turns
-                         if s.id not in evidence or t.speaker == episode.main_speaker]
-                wanted = {t.id for s, t in turns if s.id in evidence}
+                turns, wanted = _session_evidence(earlier, set(query.evidence_sessions), episode.main_speaker)
             else:
-                turns = [(s, t) for s in earlier for t in s.turns]
+                turns = [t for s in earlier for t in s.turns]
                 wanted = set(query.evidence_turns)
-            positives = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for _, t in turns if t.id in wanted))
-            if not positives:
-                continue
-            candidates = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for _, t in turns))
-            out.append(RetrievalExample(query.question, positives, candidates, episode.id, query.id))
+            example = _example(query.question, turns, wanted, episode.id, query.id)
+            if example is not None:
+                out.append(example)
     return out
+
+
+def _session_evidence(earlier: Sequence, evidence: set[str], main_speaker: str) -> tuple[list, set[str]]:
+    """(the candidate turns of ``earlier`` sessions, the ids of the positives) when the evidence is sessions: the
+    main speaker's turns of an evidence session are positives, the partner's turns there neither."""
+    turns = [(s, t) for s in earlier for t in s.turns if s.id not in evidence or t.speaker == main_speaker]
+    return [t for _, t in turns], {t.id for s, t in turns if s.id in evidence}
+
+
+def _example(context: str, turns: Sequence, wanted: set[str], episode_id: str, example_id: str
+             ) -> RetrievalExample | None:
+    """The example of ``context`` over the candidate ``turns``, those whose ids are ``wanted`` its positives
+    (rendered by :func:`turn_text`); None when none is."""
+    positives = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for t in turns if t.id in wanted))
+    if not positives:
+        return None
+    candidates = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for t in turns))
+    return RetrievalExample(context, positives, candidates, episode_id, example_id)
 
 
 def thread_examples(episodes: Iterable[Episode], embed=None, opening: int = 4, min_cos: float = 0.4,
@@ -385,14 +398,10 @@ def thread_examples(episodes: Iterable[Episode], embed=None, opening: int = 4, m
             first = next((t for t in order[p].turns if t.speaker == episode.main_speaker and t.text.strip()), None)
             if parent < 0 or first is None:
                 continue
-            continued = order[parent]
-            turns = [(s, t) for s in order[:p] for t in s.turns
-                     if s is not continued or t.speaker == episode.main_speaker]
-            positives = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for s, t in turns if s is continued))
-            if not positives:
-                continue
-            candidates = tuple(dict.fromkeys(turn_text(t.speaker, t.text) for _, t in turns))
-            out.append(RetrievalExample(first.text, positives, candidates, episode.id, f"{order[p].id}:thread"))
+            turns, wanted = _session_evidence(order[:p], {order[parent].id}, episode.main_speaker)
+            example = _example(first.text, turns, wanted, episode.id, f"{order[p].id}:thread")
+            if example is not None:
+                out.append(example)
     return out
 
 

@@ -227,7 +227,7 @@ class Fusion(RankerPair):
                 "_session_time": {},   # session id -> its timestamp
                 "_expansions": {},     # session id -> (the model's summary, its request, its vector (D,) or None)
                 "_changes": 0,         # observes and forgets so far (a cached session ranking is of one state)
-                "_links": {},          # session id -> (the earlier session id it continues or None, cosine)
+                "_links": {},          # session id -> the earlier session id it continues, or None
                 "_layout_cache": None}  # the held memory's _Layout, made at the first query of a state
 
     def index_bytes(self) -> int:
@@ -497,7 +497,7 @@ class _Layout:
 
 def _threads(fusion: "Fusion", sessions: list[str], session_of: np.ndarray, keys: BM25Index | None):
     """The held sessions' thread forest (:mod:`pipelines.threads`). A session's link is made once, against the sessions
-    held before it, and kept (``_links``: session id -> (its parent's id or None, cosine)) until a forget."""
+    held before it, and kept (``_links``: session id -> its parent's id, or None) until a forget."""
     from pipelines.threads import forest, link, session_vectors
 
     c = fusion.config
@@ -518,11 +518,10 @@ def _threads(fusion: "Fusion", sessions: list[str], session_of: np.ndarray, keys
             lexical = None
             if c.thread_lexical:
                 lexical = keys.scores(bm25_tokens(" ".join(opening_texts[p]), c.remove_stopwords))[:p]   # (p,)
-            parent, cosine = link(openings[p], centroids[:p], lexical, c.thread_lexical, c.link_min_cos,
-                                  c.link_min_margin)
-            links[sessions[p]] = (sessions[parent] if parent >= 0 else None, cosine)
-    parent = np.array([position.get(links[sid][0], -1) if links[sid][0] else -1 for sid in sessions])
-    return forest(parent, np.array([links[sid][1] for sid in sessions]))
+            parent, _ = link(openings[p], centroids[:p], lexical, c.thread_lexical, c.link_min_cos,
+                             c.link_min_margin)
+            links[sessions[p]] = sessions[parent] if parent >= 0 else None
+    return forest(np.array([position[links[sid]] if links[sid] is not None else -1 for sid in sessions]))
 
 
 def _calibrate_finite(scores: np.ndarray, method: str) -> np.ndarray:
