@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -181,14 +182,20 @@ def parse_override(text: str) -> dict:
 
 
 def load_params(path: Path | None = None) -> dict:
+    """params.yaml's sections (a fresh copy: the caller may change it). A CLI run reads the file a dozen times (the
+    registry, the stage, its config checks): its text is parsed once per content."""
     path = Path(path or PARAMS_FILE)
     if not path.exists():
         raise ConfigError(f"{path} does not exist: the project's knobs live there")
-    with open(path, encoding="utf-8") as f:
-        params = yaml.safe_load(f) or {}
+    params = copy.deepcopy(_parse_params(path.read_bytes()))
     if not isinstance(params, dict):
         raise ConfigError(f"{path} must hold a mapping of sections")
     return params
+
+
+@lru_cache(maxsize=8)
+def _parse_params(text: bytes) -> Any:
+    return yaml.safe_load(text) or {}
 
 
 # Keys read when the stage registry is built (which stages exist and what they read: the Dagster graph and

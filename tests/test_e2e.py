@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,24 +14,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.config import CODE_ROOT
 from tests._cli import break_an_evidence_turn
-from tests.browser.harness import shipped_files
+from tests.browser.harness import BROWSER_PARAMS, copy_checkout
 
 VENV_BIN = Path(sys.executable).parent
-TINY = {"episodes": 6, "sessions": 3, "turns": 6, "partners": 2, "queries_per_session": 2}
-
-
 def copy_project(root: Path) -> None:
-    """The committed code (every file git would ship) copied into ``root``, with smaller synthetic knobs."""
-    for rel in shipped_files():
-        dest = root / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(CODE_ROOT / rel, dest)
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["synthetic"].update(TINY)
-    params["llm"]["max_questions"] = 2  # the local model answers 2 questions per reader (as the tiny profile)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    """The committed code (every file git would ship) copied into ``root``, with the browser tests' smaller knobs
+    (synthetic data, 2 questions a reader, fewer training passes: what these tests check holds whatever the models
+    reach)."""
+    copy_checkout(root, BROWSER_PARAMS)
 
 
 def git_init(root: Path, env: dict) -> None:

@@ -9,9 +9,11 @@ dropped before the next episode, so the memory in use is one episode's, however 
 Each finished episode is appended to the shard's ``episodes.jsonl`` as one line holding every strategy's scores,
 exclusions, recorded reader contexts and memory size, flushed and fsynced: a process killed (SIGKILL included)
 loses at most the episode it was in. Run again with the same settings, the shard reads the lines it finished
-(a torn last line is dropped), skips those episodes and goes on; run with other settings or other data, it starts
-again (the ``manifest.json`` fingerprint says which). When every episode of the shard is done the manifest says
-``complete``.
+(a torn last line is cut off, the whole ones are never written again), skips those episodes and goes on; run with
+other settings or other data, it starts again (the ``manifest.json`` fingerprint says which). When every episode of
+the shard is done the manifest says ``complete``. A folder or file of the shard that cannot be written (a read-only
+folder, a full disk) is a :class:`ShardWriteError` naming it and the cause: the episodes finished before stay, and
+the same command, once the folder is writable or the disk has room, goes on after them.
 
 :func:`merge` reads the N shard folders of one run and rebuilds each strategy's
 :class:`~pipelines.evaluate.protocol.ProtocolResult` in the data's episode order: the report written from it is
@@ -30,7 +32,9 @@ Layout (under a run's folder, e.g. the CLI's ``--out``): ``shards/<suite>/<i>-of
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import logging
@@ -60,6 +64,14 @@ class ShardError(MnemosError, ValueError):
     exit_code = 8
     hint = ("shards are --shard 0 to N-1 of --shards N: run each missing or unfinished one with the same other "
             "arguments as the rest, then `merge ... --shards N`.")
+
+
+class ShardWriteError(ShardError):
+    """A shard's folder or file that cannot be written (a read-only folder, a full disk): the message names the path,
+    the cause and the finished episodes kept."""
+
+    hint = ("make room on that disk or make the path a writable folder, then run the same command again: the shard "
+            "goes on after the episodes it finished (another --out starts it afresh).")
 
 
 @dataclass(frozen=True)
@@ -303,24 +315,33 @@ class ShardStore:
                          "changed): starting again", shard.label, suite, self.folder)
             shutil.rmtree(self.folder, ignore_errors=True)
             self.missing = dict(missing or {})
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._rewrite_lines()  # drops a torn last line, so appends start on a fresh line
+        with self._writing(self.folder):
+            self.folder.mkdir(parents=True, exist_ok=True)
+        with self._writing(self.folder / EPISODES):
+            _cut_torn_tail(self.folder / EPISODES)  # so appends start on a fresh line
         self._write_manifest(complete=False)
-        self._out = (self.folder / EPISODES).open("a", encoding="utf-8")
+        with self._writing(self.folder / EPISODES):
+            self._out = (self.folder / EPISODES).open("a", encoding="utf-8")
 
-    def _rewrite_lines(self) -> None:
-        path = self.folder / EPISODES
-        with path.open("w", encoding="utf-8") as f:
-            for position in sorted(self.done):
-                f.write(json.dumps(self.done[position]) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    @contextlib.contextmanager
+    def _writing(self, path: Path) -> Iterator[None]:
+        """An OSError while writing ``path`` as a :class:`ShardWriteError` naming it, the cause and what is kept."""
+        try:
+            yield
+        except OSError as exc:
+            cause = exc.strerror or str(exc)
+            code = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+            episodes = "it" if path == self.folder / EPISODES else self.folder / EPISODES
+            kept = f"; its {len(self.done)} finished episode(s) stay in {episodes}" if self.done else ""
+            raise ShardWriteError(f"shard {self.shard.label} of suite {self.suite!r} cannot write {path}: {cause}"
+                                  f"{f' ({code})' if code else ''}{kept}.") from exc
 
     def _write_manifest(self, complete: bool, episodes: int | None = None) -> None:
-        write_json(self.folder / MANIFEST, {
-            "format": FORMAT, "suite": self.suite, "shard": self.shard.index, "shards": self.shard.count,
-            "fingerprint": self.fingerprint, "missing": self.missing, "complete": complete,
-            "episodes": episodes if episodes is not None else len(self.done)})
+        with self._writing(self.folder / MANIFEST):
+            write_json(self.folder / MANIFEST, {
+                "format": FORMAT, "suite": self.suite, "shard": self.shard.index, "shards": self.shard.count,
+                "fingerprint": self.fingerprint, "missing": self.missing, "complete": complete,
+                "episodes": episodes if episodes is not None else len(self.done)})
 
     def add_missing(self, strategy: str, why: str) -> None:
         self.missing[strategy] = why
@@ -328,18 +349,23 @@ class ShardStore:
 
     def append(self, record: dict) -> None:
         """Write one finished episode whole (flushed and fsynced before it counts as done)."""
-        self._out.write(json.dumps(record) + "\n")
-        self._out.flush()
-        os.fsync(self._out.fileno())
+        with self._writing(self.folder / EPISODES):
+            self._out.write(json.dumps(record) + "\n")
+            self._out.flush()
+            os.fsync(self._out.fileno())
         self.done[record["position"]] = record
 
     def complete(self) -> None:
-        self._out.close()
+        with self._writing(self.folder / EPISODES):
+            self._out.close()
         self._write_manifest(complete=True)
 
     def close(self) -> None:
+        """Close ``episodes.jsonl``; after a failed write too (that error was raised where it happened: what the
+        file kept of the line it was writing is a torn line, which the next run cuts off)."""
         if not self._out.closed:
-            self._out.close()
+            with contextlib.suppress(OSError):
+                self._out.close()
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -353,21 +379,42 @@ def read_manifest(folder: Path) -> dict | None:
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 
 
-def _read_lines(path: Path) -> dict[int, dict]:
-    """position -> record of every whole line (a line cut by a kill, always the last, is dropped)."""
-    done: dict[int, dict] = {}
-    if not path.is_file():
-        return done
-    with path.open(encoding="utf-8") as f:
+def _whole_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """(the byte offset where it ends, record) of each line of ``path`` up to the first that is not whole JSON (the
+    torn last line of a killed writer, or of a write that failed)."""
+    end = 0
+    with path.open("rb") as f:
         for line in f:
-            if not line.endswith("\n"):
-                break  # the torn last line of a killed writer
+            if not line.endswith(b"\n"):
+                return
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            done[int(record["position"])] = record
-    return done
+            except ValueError:  # not JSON, or not UTF-8
+                return
+            end += len(line)
+            yield end, record
+
+
+def _read_lines(path: Path) -> dict[int, dict]:
+    """position -> record of every whole line (a line cut by a kill, always the last, is dropped)."""
+    if not path.is_file():
+        return {}
+    return {int(record["position"]): record for _, record in _whole_lines(path)}
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Cut ``path`` after its last whole line, in place. The finished lines are never written again: emptied and
+    written anew, they would be lost to a write that fails (a disk still full, a kill in the middle)."""
+    if not path.is_file():
+        return
+    whole = 0
+    for whole, _ in _whole_lines(path):
+        pass
+    if path.stat().st_size > whole:
+        with path.open("r+b") as f:
+            f.truncate(whole)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 # --- running a shard ------------------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ UPDATE_SCREENSHOTS = os.environ.get("MNEMOS_UPDATE_SCREENSHOTS") == "1"
 CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--window-size=1600,1400", "--disable-dev-shm-usage")
 
-# The temp project's knobs: small enough that the whole graph runs in a few minutes on 2 cores.
+# The temp projects' knobs (the browser tests' and tests/test_e2e.py's): small enough that the whole graph runs in
+# about 2.5 minutes on 2 cores (4.5 with the tiny profile's passes, 2026-12-07, AVX2 kernels).
 # MNEMOS_BROWSER_PARAMS (a JSON mapping, merged over these) overrides them, e.g.
 # MNEMOS_BROWSER_PARAMS='{"mdr": {"teacher": {"epochs": 1}}}'.
 BROWSER_PARAMS = {
@@ -148,14 +149,20 @@ def project_env(root: Path, mlflow_port: int) -> dict[str, str]:
     return env
 
 
-def build_project(root: Path) -> Project:
-    """Copy the checkout into ``root``, shrink its knobs, and commit it (DVC diffs against HEAD)."""
+def copy_checkout(root: Path, knobs: dict) -> None:
+    """Every file git would ship from the checkout copied into ``root``, with ``knobs`` merged over its params.yaml
+    (the browser tests' and tests/test_e2e.py's project copies)."""
     for rel in shipped_files():
         dest = root / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(CODE_ROOT / rel, dest)
     params = yaml.safe_load((root / "params.yaml").read_text())
-    (root / "params.yaml").write_text(yaml.safe_dump(deep_merge(params, browser_params()), sort_keys=False))
+    (root / "params.yaml").write_text(yaml.safe_dump(deep_merge(params, knobs), sort_keys=False))
+
+
+def build_project(root: Path) -> Project:
+    """Copy the checkout into ``root``, shrink its knobs, and commit it (DVC diffs against HEAD)."""
+    copy_checkout(root, browser_params())
     home = root / ".dagster_home"
     home.mkdir(exist_ok=True)
     # A fresh instance: SQLite storage in the home, no telemetry, and no record of the community dialog.
