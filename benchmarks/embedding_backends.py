@@ -31,7 +31,9 @@ strategy uses on CPUs without native bf16), ``openvino fp32`` and, on a CPU that
 absolute difference of a score to torch fp32 padded. ``--reranker``: a saved re-ranker (the reranker stage's
 output); by default the shipped MiniLM with a new seeded head (the same arithmetic, untrained scores).
 
-Prints two tables, then one JSON line (and ``--out``). No test depends on these figures (tests/benchmarks runs a
+Prints the instruction sets the figures ran on (:func:`instruction_sets`: to measure an AVX2 CPU's path on a newer
+one, set ``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2`` and read its warning),
+two tables, then one JSON line (and ``--out``). No test depends on these figures (tests/benchmarks runs a
 tiny smoke).
 """
 
@@ -137,12 +139,13 @@ def _encode(encoder, items: list[str], batch_size: int, device: str, precision: 
 
 
 def embedding_rows(texts: dict[str, list[str]], variants: list[tuple[str, ...]], batch_sizes: list[int],
-                   repeat: int, export_dir: str | None, log, device: str = "cpu") -> list[dict]:
+                   repeat: int, export_dir: str | None, log, device: str = "cpu",
+                   encoders: dict | None = None) -> list[dict]:
     """One row per (variant, batch size, text kind): texts/s (best pass), texts/cpu-s, cosine to torch fp32 (on
     the CPU). A variant is ``backend:quantization[:precision]``; precision bf16 / fp16 is torch autocast (bf16 on the CPU
     too: ``torch:none:bf16``), or OpenVINO compiled for bf16 (``openvino:none:bf16``, the CPU default where the CPU
-    computes bf16 natively)."""
-    encoders, rows = {}, []
+    computes bf16 natively). ``encoders``: a mapping filled with the loaded encoders by variant."""
+    encoders, rows = ({} if encoders is None else encoders), []
     for variant in variants:
         backend, quantization = variant[0], variant[1]
         try:
@@ -250,6 +253,56 @@ def rerank_rows(queries: list[tuple[str, list[str]]], reranker: str | None, repe
                 for name, ms in best.items()]
 
 
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+
+
+def instruction_sets(encoders: dict) -> dict:
+    """What instruction sets the figures ran on: the CPU's widest vector ISA (its flags), the caps set in the
+    environment, torch's kernel level, and for each OpenVINO variant the kernels one forward pass ran (the CPU
+    plugin's profiling: ``exec_type`` per executed node, e.g. ``jit_avx2_f32``, ``brgemm_avx512_f32``,
+    ``gemm_mlas_f32``).
+
+    Restricting a newer CPU to AVX2 (issue #48) is partial: ``ONEDNN_MAX_CPU_ISA=AVX2`` caps oneDNN (torch's, and
+    the one inside OpenVINO's CPU plugin: its convolutions and eltwise jit kernels), ``MKL_ENABLE_INSTRUCTIONS=AVX2``
+    torch's MKL GEMMs, ``ATEN_CPU_CAPABILITY=avx2`` ATen's vectorised loops; but OpenVINO's own jit emitters and the
+    MLAS GEMMs of its fully-connected layers (and ONNX Runtime's) choose from cpuid and stay AVX-512: a capped
+    figure of those runtimes is an upper bound of an AVX2 CPU's, and ``openvino_kernels`` shows by how much of the
+    graph."""
+    import torch
+
+    flags = E.cpu_flags()
+    widest = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+    kernels = {}
+    for variant, encoder in encoders.items():
+        if getattr(encoder, "backend", None) != "openvino":
+            continue
+        import openvino as ov
+
+        graph = str(encoder.folder / encoder.meta["file"])
+        compiled = ov.Core().compile_model(graph, "CPU", {"PERF_COUNT": "YES", **E.openvino_config(encoder.precision)})
+        request = compiled.create_infer_request()
+        request.infer(encoder.features(["user: a short text to profile the kernels", "user: another"]))
+        counts: dict[str, int] = {}
+        for node in request.get_profiling_info():
+            if node.status == ov.ProfilingInfo.Status.EXECUTED:
+                counts[node.exec_type] = counts.get(node.exec_type, 0) + 1
+        kernels[":".join(variant)] = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return {"cpu": widest, "caps": {k: os.environ[k] for k in ISA_CAPS if os.environ.get(k)},
+            "torch": torch.backends.cpu.get_cpu_capability(), "openvino_kernels": kernels}
+
+
+def print_isa(isa: dict) -> None:
+    caps = ", ".join(f"{k}={v}" for k, v in isa["caps"].items()) or "none"
+    print(f"\nInstruction sets: CPU {isa['cpu']}; caps {caps}; torch kernels {isa['torch']}")
+    for variant, counts in isa["openvino_kernels"].items():
+        wide = sum(n for kind, n in counts.items() if "avx512" in kind or "amx" in kind)
+        mlas = sum(n for kind, n in counts.items() if "mlas" in kind)
+        print(f"  {variant}: {sum(counts.values())} nodes ran, {wide} on AVX-512/AMX kernels, {mlas} on MLAS GEMMs "
+              f"(cpuid-dispatched)")
+        if isa["caps"] and (wide or (mlas and isa["cpu"] == "avx512")):
+            print(f"  warning: {variant} ran kernels past the cap: its figures are an upper bound of an AVX2 CPU's")
+
+
 def print_tables(report: dict) -> None:
     print(f"\nSentence encoders on {report.get('device', 'cpu')} (texts/s: best of {report['repeat']} interleaved "
           f"passes; {report['threads']} threads)")
@@ -295,12 +348,16 @@ def main(argv: list[str] | None = None) -> dict:
                         else synthetic_texts(args.n, 20, ("Caroline", "Melanie"), args.seed))}
     import torch
 
+    encoders: dict = {}
     report = {"repeat": args.repeat, "threads": torch.get_num_threads(), "int8_preset": E.cpu_int8_preset(),
               "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
               "sources": {"longmemeval": args.data or "synthetic", "locomo": args.locomo or "synthetic"},
-              "embeddings": embedding_rows(texts, variants, batch_sizes, args.repeat, args.export_dir, log, device),
+              "embeddings": embedding_rows(texts, variants, batch_sizes, args.repeat, args.export_dir, log, device,
+                                           encoders),
               "rerank": (rerank_rows(rerank_queries(args.locomo, args.queries, args.seed), args.reranker, args.repeat,
                                      args.export_dir, log, device) if args.queries else [])}
+    report["isa"] = instruction_sets(encoders)
+    print_isa(report["isa"])
     print_tables(report)
     print(json.dumps(report))
     if args.out:

@@ -43,5 +43,21 @@ def test_smoke_run_prints_every_variant_side_by_side(tmp_path, capsys):
     by_name = {r["variant"]: r for r in report["rerank"]}
     assert max(by_name[name]["max_abs_diff"] for name in ("torch fp32", "onnx fp32", "openvino fp32")) < 1e-4
     assert all(r["ms_per_query"] > 0 for r in report["rerank"])
-    for line in ("torch:none", "onnx:int8", "onnx int8", "missing"):
+    for line in ("torch:none", "onnx:int8", "onnx int8", "missing", "Instruction sets: CPU "):
         assert line in printed
+    isa = report["isa"]
+    assert isa["cpu"] in ("avx512", "avx2", "other") and isa["torch"] and isa["openvino_kernels"] == {}  # no openvino
+
+
+def test_the_instruction_sets_line_warns_when_a_capped_run_ran_wider_kernels(capsys):
+    bench = load("embedding_backends")
+    kernels = {"jit_avx2_f32": 34, "gemm_mlas_f32": 24, "jit_avx512_f32": 16}
+    bench.print_isa({"cpu": "avx512", "caps": {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "torch": "AVX2",
+                     "openvino_kernels": {"openvino:none": kernels}})
+    printed = capsys.readouterr().out
+    assert "caps ONEDNN_MAX_CPU_ISA=AVX2; torch kernels AVX2" in printed
+    assert "74 nodes ran, 16 on AVX-512/AMX kernels, 24 on MLAS GEMMs" in printed
+    assert "warning: openvino:none ran kernels past the cap" in printed
+    bench.print_isa({"cpu": "avx2", "caps": {}, "torch": "AVX2",
+                     "openvino_kernels": {"openvino:none": {"jit_avx2_f32": 34, "gemm_mlas_f32": 24}}})
+    assert "warning" not in capsys.readouterr().out                 # an AVX2 CPU: MLAS runs AVX2 there
