@@ -18,7 +18,9 @@ shows it); a Dagster asset fails with the same two lines (:func:`describe`). The
   5  bad data: a record that fails validation, nothing left to score (DataError, ValidationFailed, NothingToScore)
   6  busy: another process runs the stage and this one would not wait (longer) (pipelines.locks.StageBusy)
   7  a language model that cannot answer: server unreachable, model failed to load (pipelines.llm.LLMError)
-  8  a benchmark shard that cannot be run, written or merged as asked (pipelines.evaluate.shards.ShardError)
+  8  a benchmark shard that cannot be run, written or merged as asked (pipelines.evaluate.shards.ShardError), or a
+     benchmark report that cannot be written (pipelines.evaluate.report.ReportWriteError): a --out that cannot be
+     written ends so whichever of its files fails
 """
 
 from __future__ import annotations
@@ -127,7 +129,8 @@ EXIT_CODES: dict[int, str] = {
     5: "bad data: a record fails validation, nothing to score",
     6: "busy: another process runs the stage (--no-wait, --lock-timeout)",
     7: "language model unavailable: server unreachable, model failed to load",
-    8: "benchmark shard refused: index out of range, shards missing, unfinished, mismatched or unwritable",
+    8: "benchmark shard refused (index out of range, shards missing, unfinished, mismatched or unwritable), or a "
+       "benchmark report that cannot be written",
 }
 
 

@@ -38,7 +38,8 @@ SHARED_SCOPES = ("tests/browser/",)
 LONG_SCOPES = ("tests/browser/", "tests/test_e2e.py", "tests/training/test_distributed.py", "tests/test_cli_shards.py",
                "tests/evaluate/test_benchmark_concurrency.py", "tests/memory/peers/test_mem0.py",
                "tests/data/test_stage.py", "tests/test_cli_benchmark.py", "tests/training/test_zero3.py",
-               "tests/training/test_launchers.py", "tests/evaluate/test_shard_faults.py")
+               "tests/training/test_launchers.py", "tests/evaluate/test_shard_faults.py",
+               "tests/evaluate/test_write_faults.py")
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -40,6 +40,12 @@ and from the reference readers', judges scored the answers), its section gains a
 ``answers/...`` keys per reader, queries.jsonl one ``kind: answer`` line per answer and the plots
 ``accuracy_vs_tokens.png`` (pipelines.evaluate.answers.section says what each shows).
 
+The report is written whole or not at all: every file goes to a hidden folder in ``out_dir``
+(``.report.<random>.tmp``), and only once all are written is each renamed over its place (a rename needs no room on
+the disk); a file or folder that cannot be written (a path under a regular file, a read-only folder, a full disk) is
+a :class:`ReportWriteError` naming the file and the cause, and leaves the files already in ``out_dir`` as they were:
+a failed run never loses the last report written whole, nor mixes it with its own.
+
 "Best" is the highest value for every retrieval metric; ``context_tokens`` (mean over queries),
 ``latency_ms_p50`` (median time of a query's retrieval, ms) and ``queries`` are reported, not ranked.
 A column where every strategy ties has no bold value. An oracle strategy (its
@@ -49,16 +55,20 @@ class's ``oracle`` says why, e.g. ``egocentric_gold`` reads the dataset's own me
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import shutil
+import tempfile
 import textwrap
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from pipelines import atomic
 from pipelines.atomic import atomic_write
 from pipelines.data.schema import Episode
-from pipelines.errors import ConfigError
+from pipelines.errors import ConfigError, MnemosError
 from pipelines.evaluate.answers import section as answer_section
 from pipelines.evaluate.answers.aggregate import summarise
 from pipelines.evaluate.answers.run import AnswerRun
@@ -76,6 +86,64 @@ GENERATION_COLUMNS = ("bleu-1", "bleu-2", "bleu-3", "bleu-4", "rouge-l", "dist-1
                       "s_dist-1", "s_dist-2")
 SESSION_COLUMNS = ("responses", "bleu-1", "bleu-2", "bleu-3", "bleu-4", "rouge-l", "c_dist-1", "c_dist-2",
                    "s_dist-1", "s_dist-2")
+
+
+class ReportWriteError(MnemosError):
+    """A report's folder or file that cannot be written (a path under a regular file, a read-only folder, a full
+    disk): the message names the file, the cause and its errno name; the report already there is left whole. Exit 8,
+    as a benchmark shard that cannot be written: the benchmark's ``--out`` cannot be written."""
+
+    exit_code = 8
+    hint = ("make room on that disk or make the report's folder writable, then run the same command again (a "
+            "benchmark goes on after the episodes it kept under --out/shards/).")
+
+
+class _StagedReport:
+    """The files of one report, written under a hidden folder of ``out`` (:meth:`writing`) and renamed into place
+    together when the ``with`` block ends without error; otherwise the hidden folder is removed and ``out`` is left
+    as it was. Every OSError is a :class:`ReportWriteError` naming the file where it goes."""
+
+    def __init__(self, out: Path):
+        self.out, self.written = out, []   # the report's files written so far, relative to out
+
+    def __enter__(self) -> _StagedReport:
+        with self._naming(self.out):
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.folder = Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=self.out))
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            if kind is None:
+                for rel in self.written:     # every folder made and writable, no folder in a file's place:
+                    with self._naming(self.out / rel):   # checked before anything moves
+                        (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
+                        if (self.out / rel).is_dir():
+                            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+                        if not os.access((self.out / rel).parent, os.W_OK | os.X_OK):
+                            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+                for rel in self.written:
+                    with self._naming(self.out / rel):
+                        os.replace(self.folder / rel, self.out / rel)
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def writing(self, rel: str) -> Iterator[Path]:
+        """The hidden path of the report's file ``rel`` (e.g. ``plots/<suite>/recall_at_k.png``), to write."""
+        with self._naming(self.out / rel):
+            yield self.folder / rel
+        self.written.append(rel)
+
+    @contextlib.contextmanager
+    def _naming(self, path: Path) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            code = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+            raise ReportWriteError(f"the benchmark report cannot write {path}: {exc.strerror or exc}"
+                                   f"{f' ({code})' if code else ''}; the files already in {self.out} are left as "
+                                   "they were.") from exc
 
 
 def plot_note(run: SuiteRun) -> str:
@@ -355,8 +423,9 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
     part to its suite's section, ``answers/...`` keys to each reader in metrics.json (the reference readers
     ``full_history`` and ``oracle`` beside the strategies) and the reader's and judge's call figures under
     ``llm``, one ``kind: answer`` line per answer to queries.jsonl (whose retrieval lines are ``kind:
-    retrieval``) and ``plots/<suite>/accuracy_vs_tokens.png``. The whole report is composed in memory and
-    every file written once, whole (pipelines.atomic).
+    retrieval``) and ``plots/<suite>/accuracy_vs_tokens.png``. Every file is written once, whole
+    (pipelines.atomic), and the report whole or not at all (the module docstring): a file or folder that cannot be
+    written is a :class:`ReportWriteError`, and the report already in ``out_dir`` stays as it was.
     Returns ``{"metrics", "markdown" (suite -> tables), "plots" (paths), "files", "counts" (suite ->
     strategy -> counts), "missing" (suite -> strategy -> why), "generation_missing" (suite -> generator
     -> why), "dvc_plot" (the first suite's recall CSV: path, x, y), "answers" (suite -> reader -> setting ->
@@ -372,7 +441,6 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
                           f"reported once each (suites reported: {sorted(by_suite)}).")
     summaries = {name: summarise(a) for name, a in answer_runs.items()}
     out = Path(out_dir)
-    (out / "plots").mkdir(parents=True, exist_ok=True)
     metrics = {run.suite.name: run.metrics() for run in runs}
     for suite, per_key in (section_metrics or {}).items():
         metrics.setdefault(suite, {}).update({key: dict(values) for key, values in per_key.items()})
@@ -381,17 +449,6 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
             metrics[name].setdefault(reader, {}).update(values)
         if answer_section.llm_metrics(a):
             metrics[name]["llm"] = answer_section.llm_metrics(a)
-    files = {"markdown": out / "benchmark.md", "metrics": out / "metrics.json", "queries": out / "queries.jsonl"}
-    _write_json(files["metrics"], metrics)
-    with atomic_write(files["queries"]) as f:
-        for run in runs:
-            for r in run.results.values():
-                for s in r.scores:
-                    f.write(json.dumps({"kind": "retrieval", "suite": run.suite.name,
-                                        "suite_version": run.suite.version, **s.__dict__}) + "\n")
-            answered = answer_runs.get(run.suite.name)
-            for record in answered.records if answered is not None else ():
-                f.write(json.dumps({**record.to_json(), "suite_version": run.suite.version}) + "\n")
     names = ", ".join(run.suite.name for run in runs)
     lines = [f"# Memory benchmark: {names}", "", f"- profile: `{profile}`"]
     if models:
@@ -402,43 +459,54 @@ def write_report(runs: Sequence[SuiteRun], out_dir: str | os.PathLike, profile: 
               "LongMemEval; mrr = reciprocal rank of the first evidence item; means over queries. Bold: best per column.",
               ""]
     tables: dict[str, str] = {}
-    plots: list[Path] = []
     dvc_plot: dict[str, Any] = {}
-    for run in runs:
-        suite_name = run.suite.name
-        section, tables[suite_name] = _suite_markdown(run, profile, answer_runs.get(suite_name),
-                                                      summaries.get(suite_name))
-        lines.append(section)
-        folder = out / "plots" / suite_name
-        if summaries.get(suite_name):
-            path = folder / "accuracy_vs_tokens.png"
-            answered = answer_runs[suite_name]
-            answer_section.plot_accuracy_vs_tokens(answered, summaries[suite_name], path, suite_name,
-                                                   answer_section.plot_note(answered, run.missing))
-            plots.append(path)
-        for name, result in run.generation.items():
-            if len(result["by_session"]) > 1:
-                path = folder / "generation_by_session.png"
-                plot_generation_by_session(result, path, f"{run.suite.name}: {name} generation")
-                plots.append(path)
-        if not run.results:
-            continue
-        if any("missing" not in row for row in ablation_rows(run)):
-            path = folder / "ablation.png"
-            plot_ablation([r for r in ablation_rows(run) if "missing" not in r], run.suite.ablation["metrics"],
-                          run.suite.name, path, plot_note(run))
-            plots.append(path)
-        k = headline_k(run.suite.ks)
-        paths = [folder / "recall_at_k.png", folder / "recall_by_session.png", folder / "tokens_vs_recall.png",
-                 folder / "recall_at_k.csv"]
-        note = plot_note(run)
-        plot_recall_at_k(run.results, run.suite.ks, paths[0], run.suite.name, note)
-        plot_by_session(run.results, k, paths[1], run.suite.name, note)
-        plot_tokens_vs_recall(run.results, k, paths[2], run.suite.name, note)
-        y = write_recall_csv(run.results, run.suite.ks, paths[3])
-        plots += paths
-        dvc_plot = dvc_plot or {"path": paths[3], "x": "k", "y": y}
-    atomic.write_text(files["markdown"], "\n".join(lines) + "".join("\n" + md for md in sections))
+    with _StagedReport(out) as report:
+        with report.writing("metrics.json") as path:
+            _write_json(path, metrics)
+        with report.writing("queries.jsonl") as path, atomic_write(path) as f:
+            for run in runs:
+                for r in run.results.values():
+                    for s in r.scores:
+                        f.write(json.dumps({"kind": "retrieval", "suite": run.suite.name,
+                                            "suite_version": run.suite.version, **s.__dict__}) + "\n")
+                answered = answer_runs.get(run.suite.name)
+                for record in answered.records if answered is not None else ():
+                    f.write(json.dumps({**record.to_json(), "suite_version": run.suite.version}) + "\n")
+        for run in runs:
+            suite_name = run.suite.name
+            section, tables[suite_name] = _suite_markdown(run, profile, answer_runs.get(suite_name),
+                                                          summaries.get(suite_name))
+            lines.append(section)
+            folder = f"plots/{suite_name}"
+            if summaries.get(suite_name):
+                answered = answer_runs[suite_name]
+                with report.writing(f"{folder}/accuracy_vs_tokens.png") as path:
+                    answer_section.plot_accuracy_vs_tokens(answered, summaries[suite_name], path, suite_name,
+                                                           answer_section.plot_note(answered, run.missing))
+            for name, result in run.generation.items():
+                if len(result["by_session"]) > 1:
+                    with report.writing(f"{folder}/generation_by_session.png") as path:
+                        plot_generation_by_session(result, path, f"{run.suite.name}: {name} generation")
+            if not run.results:
+                continue
+            if any("missing" not in row for row in ablation_rows(run)):
+                with report.writing(f"{folder}/ablation.png") as path:
+                    plot_ablation([r for r in ablation_rows(run) if "missing" not in r],
+                                  run.suite.ablation["metrics"], run.suite.name, path, plot_note(run))
+            k, note = headline_k(run.suite.ks), plot_note(run)
+            with report.writing(f"{folder}/recall_at_k.png") as path:
+                plot_recall_at_k(run.results, run.suite.ks, path, run.suite.name, note)
+            with report.writing(f"{folder}/recall_by_session.png") as path:
+                plot_by_session(run.results, k, path, run.suite.name, note)
+            with report.writing(f"{folder}/tokens_vs_recall.png") as path:
+                plot_tokens_vs_recall(run.results, k, path, run.suite.name, note)
+            with report.writing(f"{folder}/recall_at_k.csv") as path:
+                y = write_recall_csv(run.results, run.suite.ks, path)
+            dvc_plot = dvc_plot or {"path": out / folder / "recall_at_k.csv", "x": "k", "y": y}
+        with report.writing("benchmark.md") as path:
+            atomic.write_text(path, "\n".join(lines) + "".join("\n" + md for md in sections))
+    files = {"markdown": out / "benchmark.md", "metrics": out / "metrics.json", "queries": out / "queries.jsonl"}
+    plots = [out / rel for rel in report.written if rel.startswith("plots/")]
     files.update({p.relative_to(out).as_posix(): p for p in plots})
     return {"metrics": metrics, "markdown": tables, "plots": plots, "files": files,
             "counts": {run.suite.name: run.counts() for run in runs},

@@ -367,7 +367,8 @@ def finish_suite(suite: Suite, episodes: Sequence[Episode], results: dict[str, P
     if not scored and not answering and not any(r.scores for r in results.values()):  # nothing scored at all
         raise NothingToScore(f"benchmark suite {suite.name!r} scores nothing on its {len(episodes)} episodes: "
                              f"{sum(len(e.queries) for e in episodes)} queries, no strategy scored one ("
-                             f"ran: {', '.join(results) or 'none'}), and no response generation was scored ("
+                             f"ran: {', '.join(results) or 'none'}{_not_run(missing)}), and no response generation was "
+                             f"scored ("
                              + (", ".join(f"{g}: {why}" for g, why in not_scored.items()) or "none configured")
                              + ").")
     run = SuiteRun(suite, len(episodes), results, dict(missing), counter, scored, not_scored)
@@ -376,6 +377,11 @@ def finish_suite(suite: Suite, episodes: Sequence[Episode], results: dict[str, P
                                             "suite %s", name, results[name].aggregate()["overall"]["queries"],
                                             suite.name)
     return run
+
+
+def _not_run(missing: Mapping[str, str]) -> str:
+    """``"; not run: rerank (why)"``: the strategies asked and not run, each with its reason (empty without)."""
+    return "; not run: " + "; ".join(f"{name} ({why})" for name, why in missing.items()) if missing else ""
 
 
 def require_scored_queries(suite: Suite, episodes: Sequence[Episode],

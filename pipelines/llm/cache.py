@@ -9,6 +9,11 @@ the local backend after each chunk of ``batch_size``, the openai backend after e
 answer received; the next run asks only for the others. Two processes may share a folder: a file is replaced
 whole, and two writers of one key write the same request.
 
+A folder that cannot be written (a path under a regular file, a read-only folder, a full disk) does not stop a
+run: the answers are computed already and no figure depends on the cache, so the process goes on without storing
+answers in it, after one warning naming the folder and the cause (:meth:`ResponseCache.put`); what it holds is
+still read.
+
 :class:`CachedLLM` wraps any :class:`~pipelines.llm.base.LLM`: it splits a batch into hits and misses, asks
 the wrapped backend for the misses only (each distinct request once), and returns every completion in order,
 the hits with ``cached=True``. It never loads a model itself, so a run served wholly from the cache never loads
@@ -23,6 +28,7 @@ same whichever run asked them first, so a run resumed or repeated from the cache
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import inspect
 import json
@@ -50,6 +56,10 @@ def request_key(identity: dict[str, Any], messages: Messages, settings: Generati
     return hashlib.sha256(canonical(request).encode("utf-8")).hexdigest()
 
 
+_UNWRITABLE: set[Path] = set()   # the cache folders this process could not write to: stores no more answers there
+_UNWRITABLE_LOCK = threading.Lock()
+
+
 class ResponseCache:
     """One JSON file per response under ``folder``, addressed by :func:`request_key`."""
 
@@ -68,27 +78,49 @@ class ResponseCache:
                               completion_tokens=int(stored["completion_tokens"]), cached=True,
                               latency_s=float(stored.get("latency_s", 0.0)),
                               finish_reason=stored.get("finish_reason"), extra=dict(stored.get("extra") or {}))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):   # not stored, or the folder cannot exist (under a file)
             return None
         except (OSError, ValueError, KeyError, TypeError) as err:
             log.warning("response cache: ignoring the unreadable entry %s (%s); it will be asked again", path, err)
             return None
 
     def put(self, key: str, identity: dict[str, Any], messages: Messages, settings: GenerationSettings,
-            completion: Completion) -> None:
-        write_json(self.path(key), {
-            "key": key, "identity": identity, "messages": list(messages), "settings": settings.as_dict(),
-            "completion": {"text": completion.text, "prompt_tokens": completion.prompt_tokens,
-                           "completion_tokens": completion.completion_tokens, "latency_s": completion.latency_s,
-                           "finish_reason": completion.finish_reason, "extra": completion.extra},
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, indent=None)
+            completion: Completion) -> bool:
+        """Store ``completion`` as the answer to the request ``key``; whether it was stored.
+
+        A folder that cannot be written (an OSError: a path under a regular file, a read-only folder, ENOSPC) logs one
+        warning naming the folder and the cause, the first time in this process, which stores no more answers there.
+        It does not stop the run: the answer is in hand, and the cache only saves a rerun's work; a run stopped here
+        would throw away what it computed for want of it, while without it the run's figures are the same (a rerun
+        asks again what was not stored: the warning says so)."""
+        folder = self.folder.absolute()
+        if folder in _UNWRITABLE:
+            return False
+        try:
+            write_json(self.path(key), {
+                "key": key, "identity": identity, "messages": list(messages), "settings": settings.as_dict(),
+                "completion": {"text": completion.text, "prompt_tokens": completion.prompt_tokens,
+                               "completion_tokens": completion.completion_tokens, "latency_s": completion.latency_s,
+                               "finish_reason": completion.finish_reason, "extra": completion.extra},
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, indent=None)
+            return True
+        except OSError as exc:
+            with _UNWRITABLE_LOCK:
+                first = folder not in _UNWRITABLE
+                _UNWRITABLE.add(folder)
+            if first:
+                code = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+                log.warning("response cache %s cannot be written: %s%s; going on without storing answers there "
+                            "(what it holds is still read; a rerun asks again what this run does not store)",
+                            self.folder, exc.strerror or exc, f" ({code})" if code else "")
+            return False
 
     def delete(self, key: str) -> bool:
         """Remove the stored response of ``key``; whether there was one."""
         try:
             self.path(key).unlink()
             return True
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
 
     def __len__(self) -> int:

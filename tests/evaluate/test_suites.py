@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,11 @@ def test_the_ablation_table_gives_each_step_s_gain_and_cost(episode, tmp_path):
     table = md.split("### Ablation", 1)[1].split("###", 1)[0]
     assert "| 2 | bm25 |" in table and "| 3 | fusion_sessions |" in table and "latency p50 (ms)" in table
     assert (tmp_path / "out" / "plots" / "abl" / "ablation.png").stat().st_size > 0
+
+
+def test_a_run_whose_strategies_all_could_not_run_says_why_each_did_not(tmp_path):
+    suite = load_suite("locomo").with_overrides(strategies=("rerank",), generation=[])
+    episodes = suite_episodes(suite, DATA["locomo"])
+    absent = tmp_path / "no-reranker"
+    with pytest.raises(NothingToScore, match=r"ran: none; not run: rerank \(.*" + re.escape(str(absent))):
+        evaluate_suite(suite, episodes, settings={"rerank": {"reranker_path": str(absent)}}, show_progress=False)
