@@ -365,12 +365,16 @@ def finish_suite(suite: Suite, episodes: Sequence[Episode], results: dict[str, P
     scored, not_scored = run_generation(suite, episodes, generation, show_progress)
     answering = answers is not None and bool(answers.queries)  # the answers of its questions are scored
     if not scored and not answering and not any(r.scores for r in results.values()):  # nothing scored at all
-        raise NothingToScore(f"benchmark suite {suite.name!r} scores nothing on its {len(episodes)} episodes: "
-                             f"{sum(len(e.queries) for e in episodes)} queries, no strategy scored one ("
-                             f"ran: {', '.join(results) or 'none'}{_not_run(missing)}), and no response generation was "
-                             f"scored ("
-                             + (", ".join(f"{g}: {why}" for g, why in not_scored.items()) or "none configured")
-                             + ").")
+        error = NothingToScore(f"benchmark suite {suite.name!r} scores nothing on its {len(episodes)} episodes: "
+                               f"{sum(len(e.queries) for e in episodes)} queries, no strategy scored one ("
+                               f"ran: {', '.join(results) or 'none'}{_not_run(missing)}), and no response generation "
+                               f"was scored ("
+                               + (", ".join(f"{g}: {why}" for g, why in not_scored.items()) or "none configured")
+                               + ").")
+        if missing and not results:   # the data may be fine: the strategies asked could not run
+            error.hint = ("each strategy asked says above why it did not run: train or name its model (the stage "
+                          "named there), or ask for strategies that run on this data (--strategies).")
+        raise error
     run = SuiteRun(suite, len(episodes), results, dict(missing), counter, scored, not_scored)
     for name in run.retrieved_nothing():
         logging.getLogger("mnemos").warning("strategy %s retrieved nothing for any of the %d scored queries of "

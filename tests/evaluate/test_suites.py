@@ -257,5 +257,6 @@ def test_a_run_whose_strategies_all_could_not_run_says_why_each_did_not(tmp_path
     suite = load_suite("locomo").with_overrides(strategies=("rerank",), generation=[])
     episodes = suite_episodes(suite, DATA["locomo"])
     absent = tmp_path / "no-reranker"
-    with pytest.raises(NothingToScore, match=r"ran: none; not run: rerank \(.*" + re.escape(str(absent))):
+    with pytest.raises(NothingToScore, match=r"ran: none; not run: rerank \(.*" + re.escape(str(absent))) as caught:
         evaluate_suite(suite, episodes, settings={"rerank": {"reranker_path": str(absent)}}, show_progress=False)
+    assert "says above why it did not run" in caught.value.hint      # not "fix the record named above"
