@@ -26,6 +26,7 @@ shows it); a Dagster asset fails with the same two lines (:func:`describe`). The
 from __future__ import annotations
 
 import difflib
+import errno
 from typing import Iterable
 
 
@@ -89,6 +90,12 @@ class UnknownName(ConfigError):
         super().__init__(message)
         if hint is not None:
             self.hint = hint
+
+
+def os_cause(exc: OSError) -> str:
+    """What an OSError says of its cause, for a one-line error: ``"No space left on device (ENOSPC)"``."""
+    code = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    return f"{exc.strerror or exc}{f' ({code})' if code else ''}"
 
 
 def close_matches(name: str, known: Iterable[str], n: int = 3) -> str:

@@ -23,13 +23,14 @@ import yaml
 
 from pipelines.config import CODE_ROOT
 from tests._cli import break_an_evidence_turn
+from tests.browser.harness import BROWSER_PARAMS
 from pipelines.locks import LOCK_DIR
 from pipelines.staging import STAGING_DIR
 
 DVC = str(Path(sys.executable).parent / "dvc")
 STAGES = ("synthetic", "ingest_synthetic")
 CANONICAL = "data/canonical/synthetic"
-TINY = {"episodes": 6, "sessions": 3, "turns": 6, "partners": 2, "queries_per_session": 2}
+TINY = BROWSER_PARAMS["synthetic"]       # the test project copies' synthetic knobs (tests/browser/harness.py)
 UP_TO_DATE = "Data and pipelines are up to date."
 
 

@@ -68,7 +68,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from pipelines import atomic
 from pipelines.atomic import atomic_write
 from pipelines.data.schema import Episode
-from pipelines.errors import ConfigError, MnemosError
+from pipelines.errors import ConfigError, MnemosError, os_cause
 from pipelines.evaluate.answers import section as answer_section
 from pipelines.evaluate.answers.aggregate import summarise
 from pipelines.evaluate.answers.run import AnswerRun
@@ -140,10 +140,8 @@ class _StagedReport:
         try:
             yield
         except OSError as exc:
-            code = errno.errorcode.get(exc.errno) if exc.errno is not None else None
-            raise ReportWriteError(f"the benchmark report cannot write {path}: {exc.strerror or exc}"
-                                   f"{f' ({code})' if code else ''}; the files already in {self.out} are left as "
-                                   "they were.") from exc
+            raise ReportWriteError(f"the benchmark report cannot write {path}: {os_cause(exc)}; the files already "
+                                   f"in {self.out} are left as they were.") from exc
 
 
 def plot_note(run: SuiteRun) -> str:

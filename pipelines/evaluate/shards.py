@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import hashlib
 import json
 import logging
@@ -48,7 +47,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from pipelines.atomic import write_json
 from pipelines.data.schema import Episode
 from pipelines.digest import files_digest, sources_digest
-from pipelines.errors import MnemosError, ModelNotTrained
+from pipelines.errors import MnemosError, ModelNotTrained, os_cause
 from pipelines.evaluate.protocol import (AnswerContext, Exclusion, ProtocolConfig, ProtocolResult, QueryScore,
                                          _writer_counts, _writer_delta, evaluate_episode)
 
@@ -302,9 +301,10 @@ class ShardStore:
         self.folder, self.shard, self.suite = Path(folder), shard, suite
         self.fingerprint = dict(fingerprint)
         self.done: dict[int, dict] = {}
+        whole = 0     # bytes of episodes.jsonl up to the end of its last whole line
         old = read_manifest(self.folder)
         if old is not None and old.get("fingerprint", {}).get("run") == self.fingerprint["run"]:
-            self.done = _read_lines(self.folder / EPISODES)
+            self.done, whole = _whole_records(self.folder / EPISODES)
             self.missing = dict(old.get("missing") or {})
             if self.done:
                 log.info("shard %s of suite %s: resuming after %d finished episode(s)", shard.label, suite,
@@ -318,7 +318,7 @@ class ShardStore:
         with self._writing(self.folder):
             self.folder.mkdir(parents=True, exist_ok=True)
         with self._writing(self.folder / EPISODES):
-            _cut_torn_tail(self.folder / EPISODES)  # so appends start on a fresh line
+            _cut_after(self.folder / EPISODES, whole)  # a torn last line: appends start on a fresh line
         self._write_manifest(complete=False)
         with self._writing(self.folder / EPISODES):
             self._out = (self.folder / EPISODES).open("a", encoding="utf-8")
@@ -329,12 +329,10 @@ class ShardStore:
         try:
             yield
         except OSError as exc:
-            cause = exc.strerror or str(exc)
-            code = errno.errorcode.get(exc.errno) if exc.errno is not None else None
             episodes = "it" if path == self.folder / EPISODES else self.folder / EPISODES
             kept = f"; its {len(self.done)} finished episode(s) stay in {episodes}" if self.done else ""
-            raise ShardWriteError(f"shard {self.shard.label} of suite {self.suite!r} cannot write {path}: {cause}"
-                                  f"{f' ({code})' if code else ''}{kept}.") from exc
+            raise ShardWriteError(f"shard {self.shard.label} of suite {self.suite!r} cannot write {path}: "
+                                  f"{os_cause(exc)}{kept}.") from exc
 
     def _write_manifest(self, complete: bool, episodes: int | None = None) -> None:
         with self._writing(self.folder / MANIFEST):
@@ -379,38 +377,36 @@ def read_manifest(folder: Path) -> dict | None:
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 
 
-def _whole_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """(the byte offset where it ends, record) of each line of ``path`` up to the first that is not whole JSON (the
-    torn last line of a killed writer, or of a write that failed)."""
+def _whole_records(path: Path) -> tuple[dict[int, dict], int]:
+    """(position -> record of every whole line of ``path``, the byte offset where the last of them ends): the lines
+    up to the first that is not whole JSON (the torn last line of a killed writer, or of a write that failed)."""
+    done: dict[int, dict] = {}
     end = 0
+    if not path.is_file():
+        return done, end
     with path.open("rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
-                return
+                break
             try:
                 record = json.loads(line)
             except ValueError:  # not JSON, or not UTF-8
-                return
+                break
+            done[int(record["position"])] = record
             end += len(line)
-            yield end, record
+    return done, end
 
 
 def _read_lines(path: Path) -> dict[int, dict]:
     """position -> record of every whole line (a line cut by a kill, always the last, is dropped)."""
-    if not path.is_file():
-        return {}
-    return {int(record["position"]): record for _, record in _whole_lines(path)}
+    return _whole_records(path)[0]
 
 
-def _cut_torn_tail(path: Path) -> None:
-    """Cut ``path`` after its last whole line, in place. The finished lines are never written again: emptied and
-    written anew, they would be lost to a write that fails (a disk still full, a kill in the middle)."""
-    if not path.is_file():
-        return
-    whole = 0
-    for whole, _ in _whole_lines(path):
-        pass
-    if path.stat().st_size > whole:
+def _cut_after(path: Path, whole: int) -> None:
+    """Cut ``path`` after its first ``whole`` bytes (its whole lines), in place. The finished lines are never written
+    again: emptied and written anew, they would be lost to a write that fails (a disk still full, a kill in the
+    middle)."""
+    if path.is_file() and path.stat().st_size > whole:
         with path.open("r+b") as f:
             f.truncate(whole)
             f.flush()

@@ -28,7 +28,6 @@ same whichever run asked them first, so a run resumed or repeated from the cache
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 import inspect
 import json
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pipelines.atomic import write_json
+from pipelines.errors import os_cause
 from pipelines.llm.base import LLM, Completion, GenerationSettings, Messages, check_messages
 
 log = logging.getLogger("mnemos")
@@ -109,10 +109,9 @@ class ResponseCache:
                 first = folder not in _UNWRITABLE
                 _UNWRITABLE.add(folder)
             if first:
-                code = errno.errorcode.get(exc.errno) if exc.errno is not None else None
-                log.warning("response cache %s cannot be written: %s%s; going on without storing answers there "
+                log.warning("response cache %s cannot be written: %s; going on without storing answers there "
                             "(what it holds is still read; a rerun asks again what this run does not store)",
-                            self.folder, exc.strerror or exc, f" ({code})" if code else "")
+                            self.folder, os_cause(exc))
             return False
 
     def delete(self, key: str) -> bool:
