@@ -371,9 +371,9 @@ def finish_suite(suite: Suite, episodes: Sequence[Episode], results: dict[str, P
                                f"was scored ("
                                + (", ".join(f"{g}: {why}" for g, why in not_scored.items()) or "none configured")
                                + ").")
-        if missing and not results:   # the data may be fine: the strategies asked could not run
-            error.hint = ("each strategy asked says above why it did not run: train or name its model (the stage "
-                          "named there), or ask for strategies that run on this data (--strategies).")
+        if (missing and not results) or not_scored:   # the data may be fine: what was asked could not run
+            error.hint = ("each strategy or generator asked says above why it did not run: train or name its model "
+                          "(the stage named there), or ask for strategies that run on this data (--strategies).")
         raise error
     run = SuiteRun(suite, len(episodes), results, dict(missing), counter, scored, not_scored)
     for name in run.retrieved_nothing():

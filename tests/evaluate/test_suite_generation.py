@@ -140,8 +140,10 @@ def test_missing_decoder_lists_generation_as_missing(models, tmp_path):
     episodes = suite_episodes(suite, CONVAI2)
     generation = _settings(root, decoder=str(tmp_path / "no-decoder"))
     # ConvAI2 has no query: without its generation the suite scores nothing, which is an error naming why
-    with pytest.raises(NothingToScore, match=r"scores nothing.*no response generation was scored \(mdr: .*mdr_decoder"):
+    with pytest.raises(NothingToScore, match=r"scores nothing.*no response generation was scored \(mdr: .*mdr_decoder") \
+            as caught:
         evaluate_suite(suite, episodes, show_progress=False, generation=generation)
+    assert "generator asked says above why it did not run" in caught.value.hint   # the data is not at fault
     # how the report shows the missing generator (the run evaluate_suite refuses to return, built by hand)
     counter = TokenCounter.from_config(None)
     protocol = ProtocolConfig(ks=suite.ks, budget_tokens=suite.budget_tokens, show_progress=False,
