@@ -28,6 +28,19 @@ filtered out), with z(S) their min-max over the finite ones:
 
 so the latest sessions of the threads the query matches rise with their thread, the latest most; a session alone
 in its thread gains w_t * z(S)(s), its own score again, which keeps the order of unlinked sessions as it was.
+
+The session the query is asked in. A question asked by a turn of a session (a RealMem user coming back: "I'm back.
+About that checklist...") opens a session not held yet, and that session is linked as any session is (EMMA's linker
+links the new memory to the memories it continues). Its opening o_q is the normalised mean of the vectors of the
+session's turns before the question (its first m - 1 at most) and of the question; its link t_q is the best earlier
+session by a(q, t), kept when cos(o_q, c_t_q) >= tau_q (``query_link_min_cos``, no margin: a returning user's
+session nearly always continues one). Every session of t_q's thread is then lifted by w_q (``query_link_weight``)
+times the span of the scores:
+
+    S''(s) = S'(s) + w_q * (max S' - min S') * [T(s) = T(t_q)]          (max, min over the finite S')
+
+so the sessions of the thread the conversation continues rise together, in the order the steps above gave them. A
+question asked after the last session (LoCoMo's, LongMemEval's) is asked in no session: nothing is lifted.
 """
 
 from __future__ import annotations
@@ -122,3 +135,15 @@ def expand(scores: np.ndarray, threads: Threads, weight: float, recency: float) 
     np.maximum.at(best, threads.thread, z)                                 # (T,) theta per thread
     theta = np.maximum(best[threads.thread], 0.0)                          # (S,) a filtered thread gains 0
     return np.where(finite, scores + weight * theta * recency ** threads.newer, scores)
+
+
+def lift(scores: np.ndarray, threads: Threads, link: int, weight: float) -> np.ndarray:
+    """S'' (S,) from S' (S,): the sessions of ``link``'s thread (the earlier session the query's own session
+    continues; -1: none) lifted by ``weight`` times the span of the finite scores (module docstring); -inf stays."""
+    scores = np.asarray(scores, dtype=np.float64)
+    finite = np.isfinite(scores)
+    if link < 0 or not weight or not finite.any():
+        return scores
+    span = float(scores[finite].max() - scores[finite].min()) or 1.0      # one session, or all alike: 1
+    members = threads.thread == threads.thread[link]                       # (S,) T(s) = T(t_q)
+    return np.where(finite & members, scores + weight * span, scores)

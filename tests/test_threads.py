@@ -10,7 +10,7 @@ from pipelines.evaluate.protocol import in_conversation
 from pipelines.memory import STRATEGIES, build_strategy
 from pipelines.memory.conformance import thread_episode
 from pipelines.memory.fusion import FusionContext, FusionThreads
-from pipelines.threads import expand, forest, link, session_vectors
+from pipelines.threads import expand, forest, lift, link, session_vectors
 
 
 # --- the pure parts -------------------------------------------------------------------------------------------
@@ -60,6 +60,18 @@ def test_expand_lifts_the_latest_sessions_of_the_matched_thread():
     assert filtered[0] == -np.inf and np.isfinite(filtered[1:]).all()   # a session filtered out stays out
 
 
+def test_lift_raises_the_whole_thread_of_the_linked_session_by_the_span():
+    threads = forest(np.array([-1, -1, 0, -1, 2]))   # 0 <- 2 <- 4; 1 and 3 alone
+    scores = np.array([0.5, 3.0, 1.0, 2.0, 1.0])    # span 2.5
+    lifted = lift(scores, threads, link=2, weight=0.4)                       # the query's session continues 2
+    assert lifted == pytest.approx([1.5, 3.0, 2.0, 2.0, 2.0])               # 0, 2, 4 gain 0.4 * 2.5 = 1
+    assert lift(scores, threads, link=3, weight=0.4) == pytest.approx([0.5, 3.0, 1.0, 3.0, 1.0])   # 3 alone
+    assert lift(scores, threads, link=-1, weight=0.4).tolist() == scores.tolist()   # continues none: as before
+    assert lift(scores, threads, link=2, weight=0.0).tolist() == scores.tolist()
+    filtered = lift(np.array([-np.inf, 3.0, 1.0, 2.0, 1.0]), threads, link=2, weight=0.5)
+    assert filtered[0] == -np.inf and filtered[2] == pytest.approx(2.0)   # span of the finite scores; -inf stays
+
+
 # --- the strategies -------------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -72,7 +84,9 @@ def test_the_new_steps_are_registered_with_their_settings():
     c = FusionThreads().config
     assert (c.context_weight, c.thread_weight, c.time) == (0.5, 1.0, "rules")
     assert FusionContext().config.thread_weight == 0.0
-    for bad in ({"thread_recency": 1.5}, {"link_min_cos": 2.0}, {"thread_weight": -1.0}, {"context_turns": 0}):
+    assert (c.query_link_weight, c.query_link_min_cos) == (0.3, 0.2) and FusionContext().config.query_link_weight == 0
+    for bad in ({"thread_recency": 1.5}, {"link_min_cos": 2.0}, {"thread_weight": -1.0}, {"context_turns": 0},
+                {"query_link_min_cos": -2.0}, {"query_link_weight": -0.1}, {"thread_weight": 0.0}):
         with pytest.raises(ConfigError):
             build_strategy("fusion_threads", **bad)
 
@@ -92,6 +106,23 @@ def test_threads_are_read_from_content_and_lift_the_latest_session_of_the_thread
         plain.observe(episode, session)
     assert strategy.session_ranking(question)[0] == episode.sessions[4].id
     assert strategy.session_ranking(question) != plain.session_ranking(question)
+
+
+def test_a_question_asked_inside_a_session_lifts_the_thread_that_session_continues(fusion):
+    episode = thread_episode()
+    opening = [Turn(id="c0", speaker="User", text="I'm back about my Japan journey.")]
+    asked = Query(id="q", session_id="new", turn_id="new:1", question="What was the budget again?").model_copy(
+        update={"preceding": opening})          # the user's second turn of a new session
+    linked, unlinked = fusion("fusion_threads", query_link_weight=1.0), fusion("fusion_threads", query_link_weight=0)
+    for session in episode.sessions:
+        linked.observe(episode, session)
+        unlinked.observe(episode, session)
+    ids = [s.id for s in episode.sessions]
+    assert unlinked.session_ranking(asked)[0] == ids[3]        # "budget" alone: the monthly budget sheet
+    # the new session continues the trip (sessions 1, 3, 5): its budget comes first, the sheet below the thread
+    assert linked.session_ranking(asked)[:3] == [ids[2], ids[4], ids[0]]
+    after_last = asked.model_copy(update={"session_id": None, "turn_id": None})   # asked in no session
+    assert linked.session_ranking(after_last) == unlinked.session_ranking(after_last)
 
 
 def test_the_conversation_so_far_is_read_below_the_question(fusion):

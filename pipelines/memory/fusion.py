@@ -145,6 +145,8 @@ class FusionConfig(RankersConfig):
     thread_lexical: float = 1.0        # w_l: BM25 of the opening against an earlier session's text, in the link
     link_min_cos: float = 0.4          # tau: a link needs cos(opening, earlier session's centroid) >= tau
     link_min_margin: float = 0.1       # delta: and that cosine >= delta + the mean over the earlier sessions
+    query_link_weight: float = 0.0     # w_q: the thread the query's own session continues lifted (needs w_t > 0)
+    query_link_min_cos: float = 0.2    # tau_q: that session's link needs cos(opening, centroid) >= tau_q
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -157,12 +159,17 @@ class FusionConfig(RankersConfig):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"fusion.{name} must be a positive integer, got {value!r}.")
         check_weights(self, "fusion", ("bm25_weight", "dense_weight", "session_key_weight", "session_prior",
-                                       "time_boost", "context_weight", "thread_weight", "thread_lexical"))
+                                       "time_boost", "context_weight", "thread_weight", "thread_lexical",
+                                       "query_link_weight"))
         if not 0.0 <= self.thread_recency <= 1.0:
             raise ConfigError(f"fusion.thread_recency must be in [0, 1] (a discount per newer session of a "
                               f"thread), got {self.thread_recency!r}.")
-        if not -1.0 <= self.link_min_cos <= 1.0:
-            raise ConfigError(f"fusion.link_min_cos must be a cosine in [-1, 1], got {self.link_min_cos!r}.")
+        for name in ("link_min_cos", "query_link_min_cos"):
+            if not -1.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"fusion.{name} must be a cosine in [-1, 1], got {getattr(self, name)!r}.")
+        if self.query_link_weight and not self.thread_weight:
+            raise ConfigError("fusion.query_link_weight lifts a thread of sessions, and threads are made only with "
+                              "thread_weight > 0: set thread_weight, or query_link_weight: 0.")
         if self.bm25_weight == 0 and self.dense_weight == 0:
             raise ConfigError("fusion.bm25_weight and fusion.dense_weight are both 0; at least one ranker must count.")
         if self.key_expansion not in ("none", "llm"):
@@ -389,11 +396,30 @@ class Fusion(RankerPair):
             from pipelines.threads import expand
 
             pooled = expand(pooled, layout.threads, c.thread_weight, c.thread_recency)  # (S,)
+            if c.query_link_weight and query.turn_id is not None:   # asked inside a session: the thread it continues
+                from pipelines.threads import lift
+
+                pooled = lift(pooled, layout.threads, self._query_link(query, q, layout), c.query_link_weight)
         if c.session_prior:
             fused = fused + c.session_prior * _calibrate_finite(pooled, c.calibration)[session_of]
         if adjust is not None:
             fused = fused + adjust[session_of]
         return rows, fused, layout.sessions, pooled
+
+    def _query_link(self, query: Query, q: np.ndarray, layout: "_Layout") -> int:
+        """The held session (position) that the session ``query`` is asked in continues, or -1 (:mod:`pipelines.threads`:
+        its opening is its first turns before the question and the question, q its vector (D,))."""
+        from pipelines.threads import link
+
+        c = self.config
+        texts = [t.text for t in query.preceding if t.text.strip()][:c.thread_opening - 1]
+        vectors = np.vstack([self.dense.embedder.embed(texts), q[None]]) if texts else q[None]   # (m, D)
+        opening = vectors.astype(np.float64).mean(axis=0)
+        opening /= max(float(np.linalg.norm(opening)), 1e-12)                                    # (D,)
+        lexical = None
+        if c.thread_lexical:
+            lexical = layout.texts.scores(bm25_tokens(" ".join(texts + [query.question]), c.remove_stopwords))  # (S,)
+        return link(opening, layout.centroids, lexical, c.thread_lexical, c.query_link_min_cos)[0]
 
     def _turn_scores(self, lexical: np.ndarray | None, q: np.ndarray | None, rows: np.ndarray | None
                      ) -> tuple[np.ndarray, float]:
@@ -452,8 +478,8 @@ class Fusion(RankerPair):
 
     def _asked(self, query: Query) -> tuple:
         """What a session ranking answers: the query, in this episode's memory as it is now (items held)."""
-        return (self.episode_id, query.id, query.question, query.timestamp, tuple(t.id for t in query.preceding),
-                len(self), self._changes)
+        return (self.episode_id, query.id, query.question, query.timestamp, query.turn_id,
+                tuple(t.id for t in query.preceding), len(self), self._changes)
 
 
 @dataclass(frozen=True)
@@ -470,6 +496,8 @@ class _Layout:
     expansions: np.ndarray        # (S, D) float32: the key expansions' vectors (zeros without)
     expanded: np.ndarray          # (S,) bool: the session has an embedded expansion
     threads: Any = None           # the sessions' thread forest (thread_weight > 0; pipelines.threads.Threads)
+    centroids: Any = None         # (S, D) float64: each session's normalised mean vector (thread_weight > 0)
+    texts: BM25Index | None = None  # BM25 over the S sessions' texts (thread_lexical > 0)
 
     @classmethod
     def of(cls, fusion: "Fusion") -> "_Layout":
@@ -490,34 +518,42 @@ class _Layout:
         expansions = np.zeros((len(sessions), dim), dtype=np.float32)
         for p in np.flatnonzero(expanded):
             expansions[p] = vectors[p]
-        threads = _threads(fusion, sessions, session_of, keys) if c.thread_weight and sessions else None
+        threads = centroids = texts = None
+        if c.thread_weight and sessions:
+            from pipelines.threads import session_vectors
+
+            texts = keys
+            if c.thread_lexical and texts is None:          # BM25 over the sessions' whole texts
+                texts = BM25Index(c.k1, c.b, c.epsilon)
+                texts.add([fusion._session_docs.get(sid, []) for sid in sessions])
+            openings, centroids = session_vectors(np.asarray(fusion.dense._index.vectors, dtype=np.float64),
+                                                  session_of, len(sessions), c.thread_opening)   # (S, D) each
+            threads = _threads(fusion, sessions, session_of, openings, centroids, texts)
         return cls(fusion._changes, len(items), sessions, session_of,
-                   np.bincount(session_of, minlength=len(sessions)), days, keys, expansions, expanded, threads)
+                   np.bincount(session_of, minlength=len(sessions)), days, keys, expansions, expanded, threads,
+                   centroids, texts)
 
 
-def _threads(fusion: "Fusion", sessions: list[str], session_of: np.ndarray, keys: BM25Index | None):
-    """The held sessions' thread forest (:mod:`pipelines.threads`). A session's link is made once, against the sessions
-    held before it, and kept (``_links``: session id -> its parent's id, or None) until a forget."""
-    from pipelines.threads import forest, link, session_vectors
+def _threads(fusion: "Fusion", sessions: list[str], session_of: np.ndarray, openings: np.ndarray,
+             centroids: np.ndarray, texts: BM25Index | None):
+    """The held sessions' thread forest (:mod:`pipelines.threads`) from their openings and centroids (S, D) and BM25
+    over their texts. A session's link is made once, against the sessions held before it, and kept (``_links``:
+    session id -> its parent's id, or None) until a forget."""
+    from pipelines.threads import forest, link
 
     c = fusion.config
     links = fusion._links
     position = {sid: p for p, sid in enumerate(sessions)}
     new = [p for p, sid in enumerate(sessions) if sid not in links]
     if new:
-        openings, centroids = session_vectors(np.asarray(fusion.dense._index.vectors, dtype=np.float64),
-                                              session_of, len(sessions), c.thread_opening)   # (S, D) each
         opening_texts: dict[int, list[str]] = {p: [] for p in new}
         for item, p in zip(fusion.bm25._items, session_of.tolist()):
             if p in opening_texts and len(opening_texts[p]) < c.thread_opening:
                 opening_texts[p].append(item.indexed_text(c.include_speaker))
-        if c.thread_lexical and keys is None:          # BM25 over the sessions' whole texts
-            keys = BM25Index(c.k1, c.b, c.epsilon)
-            keys.add([fusion._session_docs.get(sid, []) for sid in sessions])
         for p in new:
             lexical = None
             if c.thread_lexical:
-                lexical = keys.scores(bm25_tokens(" ".join(opening_texts[p]), c.remove_stopwords))[:p]   # (p,)
+                lexical = texts.scores(bm25_tokens(" ".join(opening_texts[p]), c.remove_stopwords))[:p]   # (p,)
             parent, _ = link(openings[p], centroids[:p], lexical, c.thread_lexical, c.link_min_cos,
                              c.link_min_margin)
             links[sessions[p]] = sessions[parent] if parent >= 0 else None
@@ -581,15 +617,17 @@ class FusionContext(Fusion):
 @dataclass(frozen=True)
 class FusionThreadsConfig(FusionContextConfig):
     thread_weight: float = 1.0
+    query_link_weight: float = 0.3
 
 
 @register_strategy("fusion_threads")
 class FusionThreads(Fusion):
-    """fusion_context + threads: sessions linked by content to the earlier sessions they continue, and the latest
-    sessions of the threads the question matches lifted with them (:mod:`pipelines.threads`)."""
+    """fusion_context + threads: sessions linked by content to the earlier sessions they continue, the latest
+    sessions of the threads the question matches lifted with them, and, for a question asked inside a session, the
+    thread that session continues lifted whole (:mod:`pipelines.threads`)."""
 
     config_class = FusionThreadsConfig
-    ingredient = "+ threads: sessions linked by content, the matched threads' latest sessions lifted"
+    ingredient = "+ threads: sessions linked by content; the matched threads and the asking session's thread lifted"
 
 
 @dataclass(frozen=True)
