@@ -362,6 +362,7 @@ class Fusion(RankerPair):
         ids (S,); session scores S (S,)). A large store's query touches U turns and S sessions, never all N."""
         c = self.config
         layout = self._layout()
+        self._linked = -1             # the held session the query's own session continues (set by the thread step)
         lexical = self.bm25._scores(query) if c.bm25_weight else None                # (N,)
         q = self.dense.embedder.embed([query.question])[0] if c.dense_weight or layout.expanded.any() else None
         rows = self._candidates(k, lexical, q if c.dense_weight else None)           # (U,) or None: all N
@@ -399,7 +400,8 @@ class Fusion(RankerPair):
             if c.query_link_weight and query.turn_id is not None:   # asked inside a session: the thread it continues
                 from pipelines.threads import lift
 
-                pooled = lift(pooled, layout.threads, self._query_link(query, q, layout), c.query_link_weight)
+                self._linked = self._query_link(query, q, layout)
+                pooled = lift(pooled, layout.threads, self._linked, c.query_link_weight)
         if c.session_prior:
             fused = fused + c.session_prior * _calibrate_finite(pooled, c.calibration)[session_of]
         if adjust is not None:

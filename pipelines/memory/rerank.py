@@ -13,7 +13,10 @@ A session's score gains its best candidate's cross-encoder score the same way (M
 
     S'(s) = z(S(s)) + w_s * z(max_{d in C, d in s} s(q, d))     (a session without a candidate: z = 0)
 
-(w_s = ``session_weight``, w_c unless set; 0 keeps the first stage's session ranking.)
+(w_s = ``session_weight``, w_c unless set; 0 keeps the first stage's session ranking.) The cross-encoder reads the
+question alone, never the conversation it is asked in; so for a question asked inside a session whose session the
+first stage linked to an earlier one (:mod:`pipelines.threads`, ``query_link_weight`` w_q), that thread is lifted
+again over S' as fusion_threads lifts it: S''(s) = S'(s) + w_q * (max S' - min S') * [T(s) = T(t_q)].
 
 Cost: one cross-encoder pass per candidate, ``depth`` pairs per query; the benchmark records it in each query's
 latency (``latency_ms_p50``, the ablation table), and the strategy keeps the re-ranking time alone of each query in
@@ -183,6 +186,10 @@ class Rerank(Fusion):
         scored = np.full(len(sessions), -np.inf)
         if finite.any():
             scored[finite] = calibrate(pooled[finite], c.calibration) + c.w_s * lifted[finite]
+        if self._linked >= 0 and c.w_s:   # the thread the conversation continues, which the cross-encoder never reads
+            from pipelines.threads import lift
+
+            scored = lift(scored, self._layout().threads, self._linked, c.query_link_weight)
         self._last = (self._asked(query), sessions, scored)
         return self._retrieved(rows, final, k)
 

@@ -153,3 +153,21 @@ def test_on_a_large_store_the_cross_encoder_reads_the_top_of_the_first_stages_un
     items = strategy.retrieve(QUESTION, 3)
     assert oracle.pairs == 3 and {rows[i.turn_id] for i in items} <= union
     assert sorted(strategy.session_ranking(QUESTION)) == sorted(s.id for s in episode.sessions if s.turns)
+
+
+def test_the_thread_the_conversation_continues_stays_lifted_over_the_cross_encoder(tmp_path, tiny):
+    from pipelines.data.schema import Turn
+    from pipelines.memory.conformance import thread_episode
+
+    path, episode = _saved(tmp_path, tiny), thread_episode()
+    opening = [Turn(id="c0", speaker="User", text="I'm back about my Japan journey.")]
+    asked = Query(id="q", session_id="new", turn_id="new:1", question="What was the budget again?").model_copy(
+        update={"preceding": opening})                       # a new session that continues the trip (1, 3, 5)
+    after_last = asked.model_copy(update={"session_id": None, "turn_id": None})
+    strategy = build_strategy("rerank", reranker_path=str(path), query_link_weight=1.0)
+    _observed(strategy, episode)
+    sheet = episode.sessions[3]                              # the monthly budget sheet, of no thread
+    _with_oracle(strategy, path, {f"User: {sheet.turns[0].text}"})   # the cross-encoder reads the question alone
+    ids = [s.id for s in episode.sessions]
+    assert strategy.session_ranking(after_last)[0] == sheet.id
+    assert strategy.session_ranking(asked)[:4] == [ids[2], ids[4], ids[0], sheet.id]
