@@ -57,11 +57,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -98,10 +100,40 @@ class ReportWriteError(MnemosError):
             "benchmark goes on after the episodes it kept under --out/shards/).")
 
 
+WRITER_LOCK = ".writer.lock"   # in a staging folder: held by the process that writes the report there
+ABANDONED_UNLOCKED_S = 60.0    # a staging folder with no lock file at all: abandoned once this old
+
+
+def _sweep_abandoned(out: Path, keep: Path) -> None:
+    """Remove the staging folders of ``out`` left by report writers that died (killed mid-report): those whose
+    writer lock nobody holds. A live writer's folder (its lock held, on this host) is left alone."""
+    for folder in out.glob(".report.*.tmp"):
+        if folder == keep or not folder.is_dir():
+            continue
+        lock = folder / WRITER_LOCK
+        try:
+            if not lock.exists():                      # made before its lock: only an old one is abandoned
+                abandoned = time.time() - folder.stat().st_mtime > ABANDONED_UNLOCKED_S
+            else:
+                fd = os.open(lock, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    abandoned = True
+                except BlockingIOError:
+                    abandoned = False                  # its writer is still at work
+                finally:
+                    os.close(fd)
+        except OSError:
+            continue                                    # gone meanwhile, or not ours to read: leave it
+        if abandoned:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 class _StagedReport:
     """The files of one report, written under a hidden folder of ``out`` (:meth:`writing`) and renamed into place
     together when the ``with`` block ends without error; otherwise the hidden folder is removed and ``out`` is left
-    as it was. Every OSError is a :class:`ReportWriteError` naming the file where it goes."""
+    as it was. Every OSError is a :class:`ReportWriteError` naming the file where it goes. The writer holds a lock
+    in its folder; the next report into ``out`` removes the folders of writers that were killed."""
 
     def __init__(self, out: Path):
         self.out, self.written = out, []   # the report's files written so far, relative to out
@@ -110,9 +142,17 @@ class _StagedReport:
         with self._naming(self.out):
             self.out.mkdir(parents=True, exist_ok=True)
             self.folder = Path(tempfile.mkdtemp(prefix=".report.", suffix=".tmp", dir=self.out))
+            try:
+                self._held = os.open(self.folder / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(self._held, fcntl.LOCK_EX)     # released by the kernel if this process dies
+            except BaseException:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                raise
+        _sweep_abandoned(self.out, keep=self.folder)
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
+        os.close(self._held)
         try:
             if kind is None:
                 for rel in self.written:     # every folder made and writable, no folder in a file's place:

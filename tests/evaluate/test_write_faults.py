@@ -4,7 +4,8 @@
   path under a regular file, a full disk while writing metrics.json, queries.jsonl, a plot or benchmark.md) is a
   :class:`~pipelines.evaluate.report.ReportWriteError` naming the file, the cause and its errno name: the CLI ends in
   one ``error:`` line and a ``hint:``, exit 8 (as a shard that cannot be written: the benchmark's --out), and the
-  report already in the folder stays whole, every file as it was (none of the new one is moved in).
+  report already in the folder stays whole, every file as it was (none of the new one is moved in). A writer killed
+  mid-report leaves its hidden staging folder; the next report into the folder removes it, never a live writer's.
 - A response cache (``--llm-cache-dir``) that cannot be written, from the start (a path under a regular file) or once
   its disk is full, does not stop the run: the answers are computed already, so it goes on without storing them, with
   one warning naming the cache folder and the cause, and reports what a run with a working cache reports.
@@ -144,6 +145,48 @@ def test_a_full_disk_at_any_file_of_the_report_keeps_the_last_report_whole(suite
     assert f"cannot write {target}: {ENOSPC}" in str(caught.value)
     assert _files(out) == before
     assert not [p for p in out.rglob(".*")], "a failed report left a temporary file or folder"
+
+
+STAGING_WRITER = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from pipelines.evaluate.report import _StagedReport
+with _StagedReport(Path({out!r})) as report:
+    with report.writing("metrics.json") as path:
+        path.write_text("half of a report")
+    print(report.folder, flush=True)
+    time.sleep(120)
+"""
+
+
+def _staging_writer(out: Path) -> tuple[subprocess.Popen, Path]:
+    """A report writer stopped mid-report (sleeping with its staging folder made): the process and its folder."""
+    writer = subprocess.Popen([sys.executable, "-c", STAGING_WRITER.format(repo=str(REPO), out=str(out))],
+                              stdout=subprocess.PIPE, text=True)
+    return writer, Path(writer.stdout.readline().strip())
+
+
+def test_the_next_report_removes_what_a_killed_writer_left_and_never_a_live_writers_folder(suite_run, tmp_path):
+    out = tmp_path / "report"
+    live, working = _staging_writer(out)                   # a writer into the folder, still at work
+    killed, left = _staging_writer(out)                    # another one, then SIGKILLed mid-report:
+    killed.kill()                                          # its staging folder stays behind
+    killed.wait()
+    old = out / ".report.unlocked-old.tmp"                 # made before its lock (a kill in between), long ago
+    old.mkdir()
+    os.utime(old, (1_000_000_000, 1_000_000_000))
+    new = out / ".report.unlocked-new.tmp"                 # the same, a moment ago: maybe a writer about to lock it
+    new.mkdir()
+    try:
+        assert left.is_dir() and working.is_dir()
+        write_report([suite_run], out)
+        assert not left.exists() and not old.exists()      # the killed writer's folder, and the old unlocked one
+        assert working.is_dir() and new.is_dir()           # the live writer's, and the new unlocked one
+        assert (out / "metrics.json").is_file() and "half" not in (out / "metrics.json").read_text()
+    finally:
+        live.kill()
+        live.wait()
 
 
 # --- the response cache ------------------------------------------------------------------------------------------
