@@ -53,9 +53,11 @@ def save(plt, fig, axes, path: Path, note: str = "") -> None:
     if lines:
         fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, ha="left", va="bottom")
     fig.tight_layout(rect=(0, min(0.5, 0.035 * len(lines) + (0.01 if lines else 0)), 1, 1))
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format=path.suffix.lstrip("."), dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format=path.suffix.lstrip("."), dpi=100)
+    finally:
+        plt.close(fig)          # a plot that cannot be written leaves no figure open in a long-lived process
 
 
 def _granularities(aggs: dict[str, dict]) -> list[str]:

@@ -145,6 +145,9 @@ def test_a_full_disk_at_any_file_of_the_report_keeps_the_last_report_whole(suite
     assert f"cannot write {target}: {ENOSPC}" in str(caught.value)
     assert _files(out) == before
     assert not [p for p in out.rglob(".*")], "a failed report left a temporary file or folder"
+    import matplotlib.pyplot as plt
+
+    assert plt.get_fignums() == [], "a plot that could not be written left its figure open"
 
 
 STAGING_WRITER = """
