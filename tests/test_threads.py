@@ -123,6 +123,10 @@ def test_a_question_asked_inside_a_session_lifts_the_thread_that_session_continu
     assert linked.session_ranking(asked)[:3] == [ids[2], ids[4], ids[0]]
     after_last = asked.model_copy(update={"session_id": None, "turn_id": None})   # asked in no session
     assert linked.session_ranking(after_last) == unlinked.session_ranking(after_last)
+    lexical = fusion("fusion_threads", query_link_weight=1.0, dense_weight=0.0)   # BM25 turns; the link still reads
+    for session in episode.sessions:                                              # the vectors of the opening
+        lexical.observe(episode, session)
+    assert lexical.session_ranking(asked)[:3] == [ids[2], ids[4], ids[0]]
 
 
 def test_the_conversation_so_far_is_read_below_the_question(fusion):

@@ -364,7 +364,9 @@ class Fusion(RankerPair):
         layout = self._layout()
         self._linked = -1             # the held session the query's own session continues (set by the thread step)
         lexical = self.bm25._scores(query) if c.bm25_weight else None                # (N,)
-        q = self.dense.embedder.embed([query.question])[0] if c.dense_weight or layout.expanded.any() else None
+        linking = bool(c.query_link_weight and c.thread_weight and query.turn_id is not None and layout.sessions)
+        q = (self.dense.embedder.embed([query.question])[0]                        # (D,)
+             if c.dense_weight or layout.expanded.any() or linking else None)
         rows = self._candidates(k, lexical, q if c.dense_weight else None)           # (U,) or None: all N
         fused, floor = self._turn_scores(lexical, q, rows)                           # (U,), the floor
         context = self._context(query)                # the conversation so far: its texts, or None
@@ -397,7 +399,7 @@ class Fusion(RankerPair):
             from pipelines.threads import expand
 
             pooled = expand(pooled, layout.threads, c.thread_weight, c.thread_recency)  # (S,)
-            if c.query_link_weight and query.turn_id is not None:   # asked inside a session: the thread it continues
+            if linking:                       # asked inside a session: the thread that session continues
                 from pipelines.threads import lift
 
                 self._linked = self._query_link(query, q, layout)
