@@ -30,9 +30,10 @@ on small scenarios of the ARCHITECTURE's memory contract (``pipelines/memory/bas
    between others) is fed twice: as it is, and with every identifier and title it carries scrambled (the episode's,
    the sessions', turns', memories' and queries' ids: what a published file names its sessions and turns with,
    LongMemEval's ``answer_`` ids, LoCoMo's dia_ids, RealMem's session uuids; RealMem's ``session_identifier``, which
-   names the project, is kept by no loader). Every question, asked alone and in a conversation (``Query.preceding``),
-   must get the same ranking of the same texts, the same session ranking and the same context from both: a strategy
-   that reads an identifier (a thread told by its name) fails.
+   names the project, is kept by no loader). Every question, asked after the last session and by a turn of a new
+   session in a conversation (``Query.preceding``, its session and turn ids scrambled too), must get the same
+   ranking of the same texts, the same session ranking and the same context from both: a strategy that reads an
+   identifier (a thread told by its name) fails.
 
 ``empty_by_design=True`` for a strategy that holds nothing on purpose (the ``no_history`` floor): the checks that
 need something retrieved are skipped, the others still run.
@@ -470,9 +471,13 @@ class _Kit:
             other.observe(twin, copy)
             for question in THREAD_QUESTIONS:
                 for preceding in ([], conversation):
-                    asked = Query(id="q", question=question, preceding=preceding)
+                    # in a conversation: asked by the third turn of a sixth session (the thread it continues
+                    # lifted); else after the last session
+                    inside = {"session_id": f"{episode.id}:S6", "turn_id": f"{episode.id}:S6:2"} if preceding else {}
+                    asked = Query(id="q", question=question, preceding=preceding, **inside)
                     twin_asked = asked.model_copy(update={
-                        "preceding": [t.model_copy(update={"id": f"x{n}"}) for n, t in enumerate(preceding)]})
+                        "preceding": [t.model_copy(update={"id": f"x{n}"}) for n, t in enumerate(preceding)],
+                        **({"session_id": "xs6", "turn_id": "xs6t2"} if preceding else {})})
                     a = plain.retrieve(asked, max(len(plain), 1))
                     b = other.retrieve(twin_asked, max(len(other), 1))
                     where = f"after {k + 1} sessions, {question!r}" + (" in a conversation" if preceding else "")
