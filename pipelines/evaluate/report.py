@@ -152,7 +152,6 @@ class _StagedReport:
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
-        os.close(self._held)
         try:
             if kind is None:
                 for rel in self.written:     # every folder made and writable, no folder in a file's place:
@@ -167,6 +166,7 @@ class _StagedReport:
                         os.replace(self.folder / rel, self.out / rel)
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+            os.close(self._held)     # released last: until its folder is gone, no other writer's sweep may take it
 
     @contextlib.contextmanager
     def writing(self, rel: str) -> Iterator[Path]:

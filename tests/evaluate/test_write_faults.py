@@ -192,6 +192,27 @@ def test_the_next_report_removes_what_a_killed_writer_left_and_never_a_live_writ
         live.wait()
 
 
+def test_a_writer_moving_its_files_into_place_keeps_its_folder_from_another_writers_sweep(suite_run, tmp_path,
+                                                                                          monkeypatch):
+    """Another writer's report starting while this one renames its files in: that writer's sweep must find this
+    folder's lock still held (before, the lock was let go before the renames, and the sweep took the folder)."""
+    from pipelines.evaluate import report as report_module
+
+    out = tmp_path / "report"
+    real, swept = os.replace, []
+
+    def replace_after_a_sweep(src, dst):
+        if not swept and ".report." not in str(dst):       # a file moved into place (not a write inside the folder)
+            report_module._sweep_abandoned(out, keep=out / ".report.another.tmp")   # another writer starts
+            swept.append(src)
+        return real(src, dst)
+
+    monkeypatch.setattr(report_module.os, "replace", replace_after_a_sweep)
+    written = write_report([suite_run], out)
+    assert swept and (out / "metrics.json").is_file() and all(Path(p).is_file() for p in written["plots"])
+    assert not [p for p in out.rglob(".*")]
+
+
 # --- the response cache ------------------------------------------------------------------------------------------
 
 def _cache_warnings(records) -> list[str]:
