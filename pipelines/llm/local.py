@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from pipelines.atomic import write_json
+from pipelines.errors import os_cause
 from pipelines.llm.base import (LLM, Completion, GenerationSettings, LLMError, Messages, check_messages,
                                 plain_prompt, raw_prompt)
 from pipelines.llm.config import DEFAULT_MODEL, MODELS_ENV, LLMConfig
@@ -189,8 +190,6 @@ def convert_gguf(gguf: Path, target: Path, fingerprint: str = "") -> Path:
     try:
         return _convert_locked(gguf, target, fingerprint)
     except OSError as err:     # the GGUF file cannot be read, or the models folder written (under a file, full)
-        from pipelines.errors import os_cause
-
         if err.filename is not None and Path(err.filename) == Path(gguf):
             raise LLMError(f"cannot read the GGUF file {gguf}: {os_cause(err)}.") from None
         error = LLMError(f"cannot write the converted model {target}: {os_cause(err)} ({err.filename or target}).")

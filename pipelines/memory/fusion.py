@@ -364,7 +364,7 @@ class Fusion(RankerPair):
         layout = self._layout()
         self._linked = -1             # the held session the query's own session continues (set by the thread step)
         lexical = self.bm25._scores(query) if c.bm25_weight else None                # (N,)
-        linking = bool(c.query_link_weight and c.thread_weight and query.turn_id is not None and layout.sessions)
+        linking = bool(c.query_link_weight and query.turn_id is not None and layout.sessions)   # w_q needs w_t
         q = (self.dense.embedder.embed([query.question])[0]                        # (D,)
              if c.dense_weight or layout.expanded.any() or linking else None)
         rows = self._candidates(k, lexical, q if c.dense_weight else None)           # (U,) or None: all N
