@@ -30,6 +30,9 @@ class CrossEncoderConfig(EngineSettings):
     max_epochs: int = 3                # at most; early stopping on the validation LCE loss
     patience: int = 2                  # validation passes without a lower loss before stopping; 0: never
     max_train_examples: int | None = None  # keep at most this many (question, positive) groups (seeded)
+    max_valid_examples: int | None = None  # at most this many validation groups, and questions scored (seeded)
+    max_eval_examples: int | None = None   # at most this many held-out questions scored a model: each fold model on the
+                                           # episodes it held out, the main one on the test split (seeded)
     pairs: tuple[str, ...] = ("questions",)  # questions (turn evidence), session_questions (RealMem), thread_pairs
                                              # (mined from unlabelled sessions: pipelines.emma.retriever.thread_examples)
     seed: int = 2024
@@ -46,10 +49,10 @@ class CrossEncoderConfig(EngineSettings):
         if not isinstance(self.group_size, int) or isinstance(self.group_size, bool) or self.group_size < 2:
             raise ConfigError(f"rerank.model.group_size must be an integer >= 2 (a positive and a negative), "
                               f"got {self.group_size!r}.")
-        if self.max_train_examples is not None and (not isinstance(self.max_train_examples, int)
-                                                    or self.max_train_examples < 1):
-            raise ConfigError(f"rerank.model.max_train_examples must be a positive integer or null, "
-                              f"got {self.max_train_examples!r}.")
+        for name in ("max_train_examples", "max_valid_examples", "max_eval_examples"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"rerank.model.{name} must be a positive integer or null, got {value!r}.")
         if not isinstance(self.patience, int) or self.patience < 0:
             raise ConfigError(f"rerank.model.patience must be an integer >= 0, got {self.patience!r}.")
         if not self.lr > 0:

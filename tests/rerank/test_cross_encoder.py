@@ -29,10 +29,19 @@ def _example(positives=(TURNS[1],)):
 
 
 @pytest.mark.parametrize("bad", [{"group_size": 1}, {"pairs": ["memory_tags"]}, {"max_length": 0}, {"lr": 0},
-                                 {"max_train_examples": 0}, {"negative_depth": True}, {"patience": -1}])
+                                 {"max_train_examples": 0}, {"negative_depth": True}, {"patience": -1},
+                                 {"max_valid_examples": 0}, {"max_eval_examples": True}, {"max_eval_examples": "all"}])
 def test_bad_settings_are_named(bad):
     with pytest.raises(ConfigError, match="rerank.model"):
         X.CrossEncoderConfig(**bad)
+
+
+def test_capped_keeps_a_seeded_sample_in_its_order():
+    items = list(range(50))
+    kept = X.capped(items, 10, "salt", 1)
+    assert len(kept) == 10 and kept == sorted(kept) and kept == X.capped(items, 10, "salt", 1)
+    assert kept != X.capped(items, 10, "salt", 2)
+    assert X.capped(items, None, "salt", 1) == items and X.capped(items[:3], 10, "salt", 1) == items[:3]
 
 
 def test_groups_take_bm25s_best_non_evidence_turns_as_hard_negatives():

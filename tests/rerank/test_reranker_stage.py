@@ -65,6 +65,29 @@ def test_folds_never_train_on_their_held_out_conversations_and_report_against_bm
     assert json.loads((root / S.RERANKER_EVAL).read_text())["trained"]["queries"] > 0
     assert result.metadata["examples_groups"] > 0
     assert not [p for p in (ctx.root / "models" / ".runs").iterdir()]            # run folders cleaned
+    [check] = result.checks                                                      # said in failed_checks when it loses
+    test = json.loads((root / S.RERANKER_EVAL).read_text())["trained"]
+    assert check.name == S.BEATS and not check.blocking and check.metadata["measured_on"] == "the test split"
+    assert check.passed == (test["recall@1"] >= test["bm25_recall@1"])
+
+
+def test_held_out_scoring_and_validation_are_capped(ctx):
+    ctx.config["rerank"]["model"].update(max_eval_examples=1, max_valid_examples=1)
+    result = S.reranker(ctx)
+    for i in range(2):
+        assert result.metrics[f"folds/fold-{i}/trained/queries"] == 1.0          # 4 held-out questions, 1 scored
+    assert result.metadata["test_trained_queries"] == 1.0
+
+
+def test_a_model_below_bm25s_order_fails_its_check_and_says_what_it_learnt_from():
+    lost = S.beats_first_stage({"test_trained_recall@1": 0.32, "test_trained_bm25_recall@1": 0.37,
+                                "folds_trained_recall@1": 0.9, "folds_trained_bm25_recall@1": 0.1}, ["synthetic"])
+    assert not lost.passed and not lost.blocking and lost.metadata["measured_on"] == "the test split"
+    assert "32.0%" in lost.examples[0] and "37.0%" in lost.examples[0] and "learnt from synthetic" in lost.examples[0]
+    folds = S.beats_first_stage({"folds_trained_recall@1": 0.5, "folds_trained_bm25_recall@1": 0.4}, ["locomo"])
+    assert folds.passed and folds.metadata["measured_on"] == "the episodes each fold model held out"
+    unmeasured = S.beats_first_stage({"test_scores": "none"}, ["locomo"])
+    assert unmeasured.passed and unmeasured.metadata == {"measured_on": "none"}
 
 
 def test_without_folds_it_trains_one_model_and_the_strategy_scores_with_it(ctx):
