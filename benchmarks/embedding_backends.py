@@ -1,6 +1,7 @@
 """Sentence encoders and the re-ranker's cross-encoder on every backend x quantization, side by side, on the CPU.
 
-    .venv/bin/python benchmarks/embedding_backends.py [--data LONGMEMEVAL.json] [--locomo LOCOMO.json] [--n 512]
+    .venv/bin/python benchmarks/embedding_backends.py [--data LONGMEMEVAL.json] [--locomo LOCOMO.json]
+        [--realmem REALMEM_FOLDER] [--n 512]
         [--variants torch:none,onnx:none,onnx:int8,openvino:none,openvino:int8,openvino:int8_weights]
         [--batch-sizes 64] [--queries 20] [--reranker SAVED_RERANKER] [--repeat 3] [--out report.json]
 
@@ -23,7 +24,8 @@ same process: on 2 AVX-512 cores torch fp32 made 97 texts/s here against 126 alo
 strategy's path; to rank two close variants, run each alone (``--variants torch:none``, then the other).
 
 Cross-encoder: ``--queries`` LoCoMo-like queries (a question of ``--locomo`` and 30 turns of its conversation, or
-synthetic), each a ``depth``-30 re-ranking, scored by: ``torch fp32 padded`` (the scoring before issue #29: one
+synthetic; with ``--realmem``, a question of a RealMem persona and 30 turns of its sessions, whose assistant turns are
+long: most pairs reach the 128 tokens a pair), each a ``depth``-30 re-ranking, scored by: ``torch fp32 padded`` (the scoring before issue #29: one
 batch padded to its longest pair), ``torch fp32`` (:meth:`CrossEncoder.score`: pairs tokenized once, sorted by length,
 cut into the batches of least padded work), ``onnx fp32`` and ``onnx int8`` (the ONNX Runtime export the ``rerank``
 strategy uses on CPUs without native bf16), ``openvino fp32`` and, on a CPU that computes bf16, ``openvino bf16``
@@ -95,14 +97,17 @@ def file_texts(path: str, source: str, n: int, seed: int, user_only: bool) -> li
     return texts[:n]
 
 
-def rerank_queries(locomo: str | None, n: int, seed: int) -> list[tuple[str, list[str]]]:
-    """``n`` (question, 30 candidate turns of its conversation) pairs of a LoCoMo file, or synthetic."""
+def rerank_queries(locomo: str | None, n: int, seed: int, realmem: str | None = None
+                   ) -> list[tuple[str, list[str]]]:
+    """``n`` (question, 30 candidate turns of its conversation) pairs of a RealMem folder, else of a LoCoMo file,
+    else synthetic."""
     rng = random.Random(seed)
-    if locomo:
+    if realmem or locomo:
         from pipelines.data.loaders import get_loader
 
+        source, path = ("realmem", realmem) if realmem else ("locomo", locomo)
         pool = [(q.question, [f"{t.speaker}: {t.text}" for _, t in e.turns()])
-                for e in get_loader("locomo")(locomo).episodes for q in e.queries]
+                for e in get_loader(source)(path).episodes for q in e.queries]
         return [(q, rng.sample(turns, min(DEPTH, len(turns)))) for q, turns in rng.sample(pool, min(n, len(pool)))]
     turns = synthetic_texts(DEPTH * 4, 20, ("Caroline", "Melanie"), seed)
     vocab = _words()
@@ -324,6 +329,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="a LongMemEval-format file: its user turns (default: synthetic, ~60 words)")
     parser.add_argument("--locomo", help="a LoCoMo file: its turns and questions (default: synthetic, ~20 words)")
+    parser.add_argument("--realmem", help="a RealMem folder: the cross-encoder's queries are its questions and turns "
+                                          "(long assistant turns; default: --locomo's)")
     parser.add_argument("--n", type=int, default=512, help="distinct texts of each kind")
     parser.add_argument("--variants", default=DEFAULT_VARIANTS, help="backend:quantization, comma-separated")
     parser.add_argument("--batch-sizes", default="64", help="texts per forward pass, comma-separated")
@@ -351,11 +358,12 @@ def main(argv: list[str] | None = None) -> dict:
     encoders: dict = {}
     report = {"repeat": args.repeat, "threads": torch.get_num_threads(), "int8_preset": E.cpu_int8_preset(),
               "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
-              "sources": {"longmemeval": args.data or "synthetic", "locomo": args.locomo or "synthetic"},
+              "sources": {"longmemeval": args.data or "synthetic", "locomo": args.locomo or "synthetic",
+                          "rerank": args.realmem or args.locomo or "synthetic"},
               "embeddings": embedding_rows(texts, variants, batch_sizes, args.repeat, args.export_dir, log, device,
                                            encoders),
-              "rerank": (rerank_rows(rerank_queries(args.locomo, args.queries, args.seed), args.reranker, args.repeat,
-                                     args.export_dir, log, device) if args.queries else [])}
+              "rerank": (rerank_rows(rerank_queries(args.locomo, args.queries, args.seed, args.realmem), args.reranker,
+                                     args.repeat, args.export_dir, log, device) if args.queries else [])}
     report["isa"] = instruction_sets(encoders)
     print_isa(report["isa"])
     print_tables(report)

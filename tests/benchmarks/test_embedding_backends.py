@@ -20,6 +20,21 @@ def test_synthetic_texts_are_seeded_and_of_the_asked_length():
     assert len(queries) == 3 and all(len(texts) == 30 and q.endswith("?") for q, texts in queries)
 
 
+def test_realmem_queries_are_a_personas_questions_and_its_turns():
+    from pathlib import Path
+
+    from pipelines.data.loaders import get_loader
+
+    bench = load("embedding_backends")
+    folder = Path(__file__).parents[1] / "data" / "loaders" / "fixtures" / "realmem"
+    episodes = get_loader("realmem")(str(folder)).episodes
+    questions = {q.question for e in episodes for q in e.queries}
+    turns = {f"{t.speaker}: {t.text}" for e in episodes for _, t in e.turns()}
+    queries = bench.rerank_queries("ignored.json", 2, seed=1, realmem=str(folder))   # --realmem over --locomo
+    assert queries and queries == bench.rerank_queries(None, 2, seed=1, realmem=str(folder))
+    assert all(q in questions and texts and set(texts) <= turns for q, texts in queries)
+
+
 @pytest.mark.slow
 def test_smoke_run_prints_every_variant_side_by_side(tmp_path, capsys):
     bench = load("embedding_backends")
