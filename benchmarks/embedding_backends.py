@@ -24,9 +24,9 @@ same process: on 2 AVX-512 cores torch fp32 made 97 texts/s here against 126 alo
 strategy's path; to rank two close variants, run each alone (``--variants torch:none``, then the other).
 
 Cross-encoder: ``--queries`` LoCoMo-like queries (a question of ``--locomo`` and 30 turns of its conversation, or
-synthetic; with ``--realmem``, a question of a RealMem persona and 30 turns of its sessions, whose assistant turns are
-long: most pairs reach the 128 tokens a pair), each a ``depth``-30 re-ranking, scored by: ``torch fp32 padded`` (the scoring before issue #29: one
-batch padded to its longest pair), ``torch fp32`` (:meth:`CrossEncoder.score`: pairs tokenized once, sorted by length,
+synthetic; with ``--realmem``, a question of a RealMem persona and 30 turns of its sessions, whose long assistant
+turns fill most pairs to the 128 tokens), each a ``depth``-30 re-ranking, scored by: ``torch fp32 padded`` (the
+scoring before issue #29: one batch padded to its longest pair), ``torch fp32`` (:meth:`CrossEncoder.score`: pairs tokenized once, sorted by length,
 cut into the batches of least padded work), ``onnx fp32`` and ``onnx int8`` (the ONNX Runtime export the ``rerank``
 strategy uses on CPUs without native bf16), ``openvino fp32`` and, on a CPU that computes bf16, ``openvino bf16``
 (the same export compiled by OpenVINO: the ``rerank`` default on such a CPU). ``ms/query``: the median over queries of each query's best pass; ``max|ds|``: the largest

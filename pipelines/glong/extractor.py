@@ -30,13 +30,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import random
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from pipelines.data.sampling import evenly_spaced
+from pipelines.data.sampling import evenly_spaced, seeded_sample
 from pipelines.data.schema import Episode, Triplet
 from pipelines.llm.base import PLAIN_TEMPLATE  # the plain layout of a prompt for a tokenizer without a chat template
 
@@ -294,26 +293,18 @@ def split_by_utterance(examples: Iterable[ExtractionExample], valid_share: float
     return out
 
 
-def sample_examples(examples: Sequence[ExtractionExample], limit: int | None, seed: int
-                    ) -> list[ExtractionExample]:
-    """At most ``limit`` examples, a seeded sample kept in the given order (None: all)."""
-    if limit is None or len(examples) <= limit:
-        return list(examples)
-    keep = sorted(random.Random(seed).sample(range(len(examples)), limit))
-    return [examples[i] for i in keep]
-
-
 def sample_datasets(datasets: Sequence[Sequence[ExtractionExample]], limit: int | None, seed: int
                     ) -> list[ExtractionExample]:
     """At most ``limit`` examples of several datasets, shared equally (a dataset with fewer gives its share to the
-    others): 19,000 PersonaExt utterances do not crowd out 960 synthetic ones. Each a :func:`sample_examples`."""
+    others): 19,000 PersonaExt utterances do not crowd out 960 synthetic ones. Each a
+    :func:`~pipelines.data.sampling.seeded_sample`."""
     if limit is None:
         return [e for examples in datasets for e in examples]
     shares, left = [0] * len(datasets), limit
     for rank, i in enumerate(sorted(range(len(datasets)), key=lambda i: len(datasets[i]))):
         shares[i] = min(len(datasets[i]), left // (len(datasets) - rank))
         left -= shares[i]
-    return [e for examples, n in zip(datasets, shares) for e in sample_examples(examples, n, seed)]
+    return [e for examples, n in zip(datasets, shares) for e in seeded_sample(examples, n, seed)]
 
 
 def evaluation_examples(examples: Sequence[ExtractionExample], limit: int) -> list[ExtractionExample]:

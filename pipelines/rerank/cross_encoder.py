@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipelines.data.sampling import seeded_sample
 from pipelines.emma.retriever import RetrievalExample, examples_of
 from pipelines.errors import ConfigError
 from pipelines.lexical import bm25_tokens
@@ -401,14 +402,6 @@ class Group:
     negatives: tuple[str, ...]
 
 
-def capped(items: Sequence, limit: int | None, salt: str, seed: int) -> list:
-    """At most ``limit`` of ``items`` (None: all), a seeded sample kept in its original order."""
-    if limit is None or len(items) <= limit:
-        return list(items)
-    keep = sorted(random.Random(f"{salt}:{seed}").sample(range(len(items)), limit))
-    return [items[i] for i in keep]
-
-
 def groups(examples: Sequence[RetrievalExample], config: CrossEncoderConfig) -> list[Group]:
     """One group per (question, evidence turn) with BM25's top ``negative_depth`` non-evidence candidates as its
     negatives; a question without a negative gives none."""
@@ -461,15 +454,15 @@ class RerankerTask:
 
         self.config = config
         by_kind = {kind: examples_of(kind, train_episodes) for kind in config.pairs}
-        self.valid_examples = capped([ex for kind in config.pairs for ex in examples_of(kind, valid_episodes)],
-                                     config.max_valid_examples, "rerank-valid-questions", config.seed)
+        self.valid_examples = seeded_sample([ex for kind in config.pairs for ex in examples_of(kind, valid_episodes)],
+                                            config.max_valid_examples, f"rerank-valid-questions:{config.seed}")
         self.counts = {kind: len(examples) for kind, examples in by_kind.items()}
         self.train_groups = groups([ex for examples in by_kind.values() for ex in examples], config)
         if config.max_train_examples is not None and len(self.train_groups) > config.max_train_examples:
             rng = random.Random(f"rerank-subset:{config.seed}")
             self.train_groups = rng.sample(self.train_groups, config.max_train_examples)
-        self.valid_groups = capped(groups(self.valid_examples, config), config.max_valid_examples,
-                                   "rerank-valid-groups", config.seed)
+        self.valid_groups = seeded_sample(groups(self.valid_examples, config), config.max_valid_examples,
+                                          f"rerank-valid-groups:{config.seed}")
         self.counts["groups"] = len(self.train_groups)
         self.tokenizer = load_tokenizer(config.resolved_model())
 

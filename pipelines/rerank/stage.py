@@ -76,12 +76,13 @@ def _folds(ctx):
 def _scores(path, cfg, episodes) -> dict[str, float]:
     """Re-ranking figures (:func:`~pipelines.rerank.cross_encoder.evaluate_reranker`) of the saved model at
     ``path`` (None: the untrained one, MiniLM with a new head) on ``episodes``' questions."""
+    from pipelines.data.sampling import seeded_sample
     from pipelines.emma.retriever import examples_of
-    from pipelines.rerank.cross_encoder import CrossEncoder, capped, evaluate_reranker
+    from pipelines.rerank.cross_encoder import CrossEncoder, evaluate_reranker
 
     model = CrossEncoder.load(path) if path is not None else CrossEncoder.from_pretrained(cfg)
-    examples = capped([ex for kind in cfg.pairs for ex in examples_of(kind, episodes)], cfg.max_eval_examples,
-                      "rerank-eval", cfg.seed)
+    examples = seeded_sample([ex for kind in cfg.pairs for ex in examples_of(kind, episodes)], cfg.max_eval_examples,
+                             f"rerank-eval:{cfg.seed}")
     return evaluate_reranker(model, examples, cfg.negative_depth)
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from pipelines.glong.config import GLongStageSettings
+from pipelines.data.sampling import seeded_sample
 from pipelines.data.schema import Triplet
 from pipelines.errors import ConfigError
 from pipelines.glong.extractor import (ExtractionExample, Parsed, evaluation_examples, extraction_scores,
-                                       normalise_utterance, sample_datasets, sample_examples, split_by_utterance,
+                                       normalise_utterance, sample_datasets, split_by_utterance,
                                        utterance_split)
 
 
@@ -60,12 +61,12 @@ def test_split_by_utterance_never_leaks_and_merges_repeats():
 
 def test_training_cap_is_a_seeded_sample_in_order():
     examples = [E(i, u) for i, u in enumerate(UTTERANCES)]
-    kept = sample_examples(examples, 10, seed=7)
-    assert len(kept) == 10 and kept == sample_examples(examples, 10, seed=7)
+    kept = seeded_sample(examples, 10, seed=7)
+    assert len(kept) == 10 and kept == seeded_sample(examples, 10, seed=7)
     assert [examples.index(e) for e in kept] == sorted(examples.index(e) for e in kept)
-    assert kept != sample_examples(examples, 10, seed=8)
+    assert kept != seeded_sample(examples, 10, seed=8)
     assert kept[-1] is not examples[9]                              # a sample over the whole list, not its head
-    assert sample_examples(examples, None, seed=7) == examples == sample_examples(examples, 500, seed=7)
+    assert seeded_sample(examples, None, seed=7) == examples == seeded_sample(examples, 500, seed=7)
 
 
 def test_training_cap_is_shared_by_the_datasets():
@@ -73,10 +74,10 @@ def test_training_cap_is_shared_by_the_datasets():
     big = [E(i, u) for i, u in enumerate(UTTERANCES)]
     small = [E(500 + i, f"small {i}") for i in range(5)]
     kept = sample_datasets([big, small], 20, seed=3)
-    assert kept[:15] == sample_examples(big, 15, seed=3) and kept[15:] == small    # small gives its share away
+    assert kept[:15] == seeded_sample(big, 15, seed=3) and kept[15:] == small    # small gives its share away
     other = [E(700 + i, f"other {i}") for i in range(40)]
     halves = sample_datasets([big, other], 20, seed=3)
-    assert halves == sample_examples(big, 10, seed=3) + sample_examples(other, 10, seed=3)
+    assert halves == seeded_sample(big, 10, seed=3) + seeded_sample(other, 10, seed=3)
     assert sample_datasets([big, small], None, seed=3) == big + small
 
 

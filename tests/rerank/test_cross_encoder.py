@@ -36,14 +36,6 @@ def test_bad_settings_are_named(bad):
         X.CrossEncoderConfig(**bad)
 
 
-def test_capped_keeps_a_seeded_sample_in_its_order():
-    items = list(range(50))
-    kept = X.capped(items, 10, "salt", 1)
-    assert len(kept) == 10 and kept == sorted(kept) and kept == X.capped(items, 10, "salt", 1)
-    assert kept != X.capped(items, 10, "salt", 2)
-    assert X.capped(items, None, "salt", 1) == items and X.capped(items[:3], 10, "salt", 1) == items[:3]
-
-
 def test_groups_take_bm25s_best_non_evidence_turns_as_hard_negatives():
     cfg = X.CrossEncoderConfig(negative_depth=2)
     [group] = X.groups([_example()], cfg)
