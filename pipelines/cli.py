@@ -1,7 +1,9 @@
 """Command line: ``python -m pipelines ...`` (also installed as ``mnemos``).
 
-  run STAGE [--partition KEY] [--set section.key=value ...] [--profile tiny|paper] [--no-track]
+  run STAGE [STAGE ...] [--partition KEY] [--set section.key=value ...] [--profile tiny|paper] [--no-track]
       [--no-wait | --lock-timeout S]
+                             the stages in the order given, the first failure stopping the rest; a JSON
+                             line of each one's figures
   list                       the registered stages, in order, with their groups and inputs
   dvc-yaml                   print dvc.yaml as generated from the registry
   ingest --source NAME --path PATH --out DIR [--set ingest.max_dropped_turn_share=0.05]
@@ -53,18 +55,36 @@ def _overrides(args) -> dict:
 
 
 def cmd_run(args) -> int:
+    """Each stage named, in the order given (as ``a && b`` would: the first failure stops the rest), with the same
+    ``--set``; one JSON line of its figures each (with ``"stage"`` when several are named). Every name is looked up
+    before the first stage runs, so a misspelt last stage refuses the command before anything is written."""
+    from pipelines.config import resolve
     from pipelines.runner import run_stage
+    from pipelines.stages import stage_for_run
 
+    overrides = _overrides(args)
+    if len(args.stages) > 1:
+        if args.partition is not None:
+            error = ConfigError(f"--partition names a partition of one stage; {len(args.stages)} stages were "
+                                f"named ({', '.join(args.stages)}).")
+            error.hint = "run the partitioned stage on its own with --partition."
+            raise error
+        resolved = resolve(overrides)
+        for name in args.stages:
+            stage_for_run(name, resolved)          # UnknownName, before any stage runs
     # An unknown stage, an unconfigured source, a bad partition or a missing input is refused by run_stage before
     # anything is written, in one message (main prints it).
     lock_timeout = 0.0 if args.no_wait else args.lock_timeout if args.lock_timeout is not None else "env"
-    result = run_stage(args.stage, _overrides(args), track=not args.no_track, lock_timeout=lock_timeout,
-                       partition=args.partition)
-    summary = {k: v for k, v in result.metadata.items() if isinstance(v, (int, float, str, bool, dict))}
-    failed = [c.name for c in result.checks if not c.passed]
-    if failed:
-        summary["failed_checks"] = failed
-    print(json.dumps(summary, default=str))
+    for name in args.stages:
+        result = run_stage(name, overrides, track=not args.no_track, lock_timeout=lock_timeout,
+                           partition=args.partition)
+        summary = {k: v for k, v in result.metadata.items() if isinstance(v, (int, float, str, bool, dict))}
+        failed = [c.name for c in result.checks if not c.passed]
+        if failed:
+            summary["failed_checks"] = failed
+        if len(args.stages) > 1:
+            summary = {"stage": name, **summary}
+        print(json.dumps(summary, default=str), flush=True)
     return 0
 
 
@@ -345,8 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="debug logging, and the traceback of an error (otherwise one error line and a hint)")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    run = sub.add_parser("run", help="run one stage (what dvc repro and the Dagster assets call)")
-    run.add_argument("stage")
+    run = sub.add_parser("run", help="run stages, in the order given (what dvc repro and the Dagster assets call)")
+    run.add_argument("stages", nargs="+", metavar="stage", help="a stage (`python -m pipelines list`); several run "
+                                                                "one after the other, the first failure stopping "
+                                                                "the rest")
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a params.yaml value")
     run.add_argument("--profile", choices=sorted(PROFILES), help="override params.yaml's profile")
     run.add_argument("--no-track", action="store_true", help="do not log to MLflow")

@@ -48,7 +48,9 @@ encoder is a turn retriever of the benchmark (pipelines.memory.trained_dense). Q
 sessions only (RealMem) are a third, opt-in kind, "session_questions" (:func:`question_examples`).
 Turns are longer than MiSC's memory sentences (LoCoMo's: 20-60 tokens; LongMemEval's assistant turns:
 hundreds): ``memory_max_length`` (32, E.2's value for memory sentences) cuts them, so training on
-questions wants ``memory_max_length`` 64 to 128 (params.yaml ``emma.retriever.memory_max_length``).
+questions wants ``memory_max_length`` 64 to 128 (params.yaml ``emma.retriever.memory_max_length``). A user's
+files give thousands of such triplets (one per evidence turn of a question): ``max_train_triplets`` and
+``max_valid_triplets`` keep a seeded sample of them (every kind together), so that training fits a CPU's time.
 
 Folds (:class:`pipelines.data.folds.Folds`, params.yaml ``emma.retriever_folds``): a dataset published as one test split
 (LoCoMo's 10 conversations) is cut into k folds by episode, so that each of its conversations is scored by a
@@ -73,6 +75,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipelines.data.sampling import seeded_sample
 from pipelines.data.schema import Episode
 from pipelines.emma.formats import EpisodeView, FormatConfig
 from pipelines.errors import ConfigError
@@ -496,6 +499,12 @@ class RetrieverTask:
         self.train_examples = [ex for examples in train.values() for ex in examples]
         self.valid_examples = [ex for kind in config.pairs
                                for ex in examples_of(kind, valid_episodes, self.fmt, training=True)]
+        # one triplet per (example, positive), a seeded sample of them under the caps
+        self.train_items = seeded_sample(triplet_items(self.train_examples, config.max_negatives, config.seed),
+                                         config.max_train_triplets, f"emma-retriever-train:{config.seed}")
+        self.valid_items = seeded_sample(triplet_items(self.valid_examples, config.max_negatives, config.seed),
+                                         config.max_valid_triplets, f"emma-retriever-valid:{config.seed}")
+        self.counts["triplets"] = len(self.train_items)                 # what it trains on
         self.valid_queries = {kind: examples_of(kind, valid_episodes, self.fmt) for kind in config.pairs}
         self.tokenizer = load_tokenizer(config.resolved_model())
         self._rng = random.Random(f"emma-retriever-random-negative:{config.seed}")
@@ -504,10 +513,10 @@ class RetrieverTask:
         return DualEncoder.from_pretrained(self.config)
 
     def train_dataset(self) -> list[TripletItem]:
-        return triplet_items(self.train_examples, self.config.max_negatives, self.config.seed)
+        return list(self.train_items)
 
     def valid_dataset(self) -> list[TripletItem]:
-        return triplet_items(self.valid_examples, self.config.max_negatives, self.config.seed)
+        return list(self.valid_items)
 
     def collate(self, items: Sequence[TripletItem]) -> dict[str, torch.Tensor]:
         """Contexts (B, Lc), positives (B, Lm), the batch's distinct negatives (P, Lm) and, per anchor,

@@ -43,6 +43,11 @@ class RetrieverConfig(EngineSettings):
                                        # evidence sessions: RealMem; see question_examples), "thread_pairs" (mined
                                        # without labels: a session's first turn -> the session its content continues;
                                        # thread_examples)
+    max_train_triplets: int | None = None  # train on at most this many (context, positive) triplets, a seeded
+                                       # sample over every kind (None: all): a user's files give thousands (each
+                                       # evidence turn of a question is one), and a step of 16 with 512-token
+                                       # contexts takes ~5 s on 2 CPU cores
+    max_valid_triplets: int | None = None  # the same for the validation triplets (the early-stopping loss)
 
     def __post_init__(self) -> None:
         pairs = (self.pairs,) if isinstance(self.pairs, str) else tuple(self.pairs)   # YAML and JSON give lists
@@ -54,6 +59,10 @@ class RetrieverConfig(EngineSettings):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"emma.retriever.{name} must be a positive integer, got {value!r}.")
+        for name in ("max_train_triplets", "max_valid_triplets"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"emma.retriever.{name} must be a positive integer or null, got {value!r}.")
         if self.patience < 0:
             raise ConfigError(f"emma.retriever.patience must be >= 0, got {self.patience!r}.")
         if not 0 < self.margin <= 2:

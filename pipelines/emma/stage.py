@@ -193,11 +193,13 @@ def emma_retriever(ctx) -> StageResult:
 
 
 def _scores(model, cfg, episodes) -> dict[str, float]:
-    """Recall@1 / MRR of ``model`` on ``episodes``: over the tagged turns (keys as before pairs existed), and over
-    the questions of each question kind of ``cfg.pairs`` (keys ``<kind>/recall@1`` ...)."""
+    """Recall@1 / MRR of ``model`` on ``episodes``: over the tagged turns (keys as before pairs existed; none when
+    the episodes have no tagged turn, as a user's RealMem files: a figure over no query is no figure), and over the
+    questions of each question kind of ``cfg.pairs`` (keys ``<kind>/recall@1`` ...)."""
     from pipelines.emma.retriever import evaluate_retriever, examples_of
 
-    out = dict(evaluate_retriever(model, episodes))
+    tagged = evaluate_retriever(model, episodes)
+    out = dict(tagged) if tagged["queries"] else {}
     for kind in cfg.pairs:
         if kind != "memory_tags":
             out.update({f"{kind}/{k}": v for k, v in evaluate_retriever(model, examples_of(kind, episodes)).items()})

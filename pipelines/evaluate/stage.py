@@ -395,12 +395,18 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
     if eval_file.is_file():
         scores = json.loads(eval_file.read_text())
         u, t = scores["untrained"], scores["trained"]
-        lines += [f"Tagged main-speaker turns of the {split} split of emma.sources; candidates are the memories "
-                  "written in earlier sessions of the episode.", "",
-                  "| encoder | recall@1 | mrr | queries |", "| --- | ---: | ---: | ---: |",
-                  f"| untrained ({_retriever_model(ctx)}) | {u['recall@1']:.3f} | {u['mrr']:.3f} | {int(u['queries'])} |",
-                  f"| trained (profile `{ctx.profile}`) | {t['recall@1']:.3f} | {t['mrr']:.3f} | {int(t['queries'])} |",
-                  ""]
+        lines += [f"The {split} split of emma.sources: tagged main-speaker turns (candidates: the memories written "
+                  "in earlier sessions of the episode), and the questions of each kind of emma.retriever.pairs "
+                  "(candidates: the episode's earlier turns).", "",
+                  "| queries of | encoder | recall@1 | mrr | queries |", "| --- | --- | ---: | ---: | ---: |"]
+        for kind in [""] + sorted({k.split("/")[0] + "/" for k in t if "/" in k}):   # "": the tagged turns
+            if f"{kind}queries" not in t:       # no tagged turn in the split: not measured (pipelines.emma.stage)
+                continue
+            name = kind.rstrip("/") or "tagged turns"
+            lines += [f"| {name} | {which} | {v[f'{kind}recall@1']:.3f} | {v[f'{kind}mrr']:.3f} | "
+                      f"{int(v[f'{kind}queries'])} |"
+                      for which, v in ((f"untrained ({_retriever_model(ctx)})", u), (f"trained (profile `{ctx.profile}`)", t))]
+        lines.append("")
         emma.update({f"retriever/{w}/{k}": float(v) for w, vals in scores.items() for k, v in vals.items()})
     else:
         lines += [f"Not scored: the emma_retriever stage wrote no {EMMA_RETRIEVER_EVAL} (emma.sources has no "

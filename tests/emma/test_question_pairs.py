@@ -92,12 +92,12 @@ def test_task_trains_on_the_selected_kinds(tmp_path, episode):
     cfg = R.RetrieverConfig(model=str(write_tiny_encoder(tmp_path / "tiny")), context_max_length=128,
                             memory_max_length=64, pairs=("memory_tags", "questions"))
     task = R.RetrieverTask(cfg, [ep], [ep])
-    assert task.counts == {"memory_tags": 3, "questions": 1}
+    assert task.counts == {"memory_tags": 3, "questions": 1, "triplets": 4}
     assert [i.context for i in task.train_dataset()][-1] == "Where is Leo moving?"
     scores = task.evaluate(R.DualEncoder.from_pretrained(cfg))
     assert scores["queries"] == 3 and scores["questions/queries"] == 1
     only = R.RetrieverTask(R.RetrieverConfig(model=cfg.model, context_max_length=128, pairs=("questions",)), [ep])
-    assert only.counts == {"questions": 1} and len(only.train_dataset()) == 1
+    assert only.counts == {"questions": 1, "triplets": 1} and len(only.train_dataset()) == 1
 
 
 def test_thread_pairs_are_mined_from_content_alone(tmp_path):

@@ -66,6 +66,8 @@ def test_triplet_items_cap_negatives(episode):
     ({"memory_max_length": 0}, "memory_max_length"),
     ({"context_truncation": "middle"}, "context_truncation"),
     ({"negative_mining": "hard"}, "negative_mining"),
+    ({"max_train_triplets": 0}, "max_train_triplets must be a positive integer or null"),
+    ({"max_valid_triplets": True}, "max_valid_triplets"),
 ])
 def test_config_checks(kwargs, message):
     with pytest.raises(ConfigError, match=message):
@@ -122,12 +124,29 @@ def test_save_and_load_round_trip(tmp_path, minilm):
 
 
 @pytest.fixture(scope="module")
-def synthetic_task():
+def synthetic_episodes():
     # The mixed-session shape EMMA's memory tags come from (MiSC): no project thread over every session of these
     # short episodes and no distractor sessions, whose look-alike turns are there for the retrieval benchmark.
-    episodes = generate(SyntheticConfig(episodes=4, sessions=4, turns=8, partners=3, recall_rate=0.6, threads=0,
-                                        decoy_rate=0.0))
-    return R.RetrieverTask(R.RetrieverConfig(lr=2e-4, batch_size=8), episodes, episodes)
+    return generate(SyntheticConfig(episodes=4, sessions=4, turns=8, partners=3, recall_rate=0.6, threads=0,
+                                    decoy_rate=0.0))
+
+
+@pytest.fixture(scope="module")
+def synthetic_task(synthetic_episodes):
+    return R.RetrieverTask(R.RetrieverConfig(lr=2e-4, batch_size=8), synthetic_episodes, synthetic_episodes)
+
+
+def test_caps_keep_a_seeded_sample_of_the_triplets_in_their_order(synthetic_task, synthetic_episodes):
+    everything = synthetic_task.train_dataset()
+    assert synthetic_task.counts["triplets"] == len(everything) > 5
+    cfg = R.RetrieverConfig(lr=2e-4, batch_size=8, max_train_triplets=5, max_valid_triplets=3)
+    capped, again = (R.RetrieverTask(cfg, synthetic_episodes, synthetic_episodes) for _ in range(2))
+    assert len(capped.train_dataset()) == 5 and len(capped.valid_dataset()) == 3
+    assert capped.train_dataset() == again.train_dataset()                       # the same sample every run
+    position = [everything.index(item) for item in capped.train_dataset()]
+    assert position == sorted(position)                                        # kept in their order
+    assert capped.counts == {**synthetic_task.counts, "triplets": 5}           # the examples, the triplets kept
+    assert capped.train_examples == synthetic_task.train_examples              # examples as before: their triplets cut
 
 
 def test_task_follows_the_engine_protocol(synthetic_task):

@@ -104,3 +104,20 @@ def test_folds_need_question_pairs_and_sources_of_emma(ctx):
     ctx.config["emma"]["retriever_folds"]["sources"] = ["realmem"]
     with pytest.raises(ConfigError, match="not in emma.sources"):
         S.emma_retriever(ctx)
+
+
+def test_held_out_scores_name_only_what_was_measured(tiny):
+    """Episodes without a tagged turn (a user's RealMem files) give no tagged-turn figures, never a recall of 0 over
+    no query; their questions are scored."""
+    from pipelines.emma.retriever import DualEncoder, RetrieverConfig
+
+    cfg = RetrieverConfig(model=str(tiny), pairs=("questions",), context_max_length=128, memory_max_length=64)
+    tagged = _conversation("conv-t")
+    untagged = tagged.model_copy(update={"sessions": [
+        s.model_copy(update={"turns": [t.model_copy(update={"memory_tags": []}) for t in s.turns]})
+        for s in tagged.sessions]})
+    model = DualEncoder.from_pretrained(cfg)
+    assert {"recall@1", "mrr", "queries", "questions/recall@1"} <= set(S._scores(model, cfg, [tagged]))
+    scores = S._scores(model, cfg, [untagged])
+    assert sorted(scores) == ["questions/mrr", "questions/queries", "questions/recall@1"]
+    assert scores["questions/queries"] == 2.0

@@ -145,9 +145,22 @@ def test_emma_responses_come_from_the_egocentric_memory_and_are_scored_per_sessi
     assert (f"| EMMA, session 2 | 2 | {session_2['bleu-1']:.2f} | {session_2['bleu-2']:.2f} | "
             f"{session_2['rouge-l']:.2f} | 0.500 | 0.500 |") in md
     assert "| oracle, session 3 | 1 |" in md
-    assert "| untrained (all-MiniLM-L6-v2, shipped) | 0.250 | 0.500 | 4 |" in md
-    assert "| trained (profile `tiny`) | 0.750 | 0.875 | 4 |" in md
+    assert "| tagged turns | untrained (all-MiniLM-L6-v2, shipped) | 0.250 | 0.500 | 4 |" in md
+    assert "| tagged turns | trained (profile `tiny`) | 0.750 | 0.875 | 4 |" in md
     assert metrics["retriever/trained/mrr"] == 0.875
+
+
+def test_a_retriever_scored_on_questions_alone_shows_those_rows_and_no_tagged_turns(emma_ctx):
+    """A retriever trained on a user's RealMem files has no tagged turn to be scored on: its table lists the question
+    kinds it was scored on, never a recall of 0 over no query."""
+    ctx, _ = emma_ctx
+    (ctx.root / output("emma_retriever") / EVAL_FILE).write_text(json.dumps({
+        which: {"session_questions/recall@1": r, "session_questions/mrr": m, "session_questions/queries": 20.0}
+        for which, r, m in (("untrained", 0.3, 0.4), ("trained", 0.35, 0.45))}))
+    md, metrics = S._emma_section(ctx, "test")
+    assert "| session_questions | untrained (all-MiniLM-L6-v2, shipped) | 0.300 | 0.400 | 20 |" in md
+    assert "| session_questions | trained (profile `tiny`) | 0.350 | 0.450 | 20 |" in md
+    assert "tagged turns |" not in md and metrics["retriever/trained/session_questions/mrr"] == 0.45
 
 
 def test_labels_follow_the_config_in_use(emma_ctx):
