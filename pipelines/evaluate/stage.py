@@ -399,13 +399,13 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
                   "in earlier sessions of the episode), and the questions of each kind of emma.retriever.pairs "
                   "(candidates: the episode's earlier turns).", "",
                   "| queries of | encoder | recall@1 | mrr | queries |", "| --- | --- | ---: | ---: | ---: |"]
+        encoders = ((f"untrained ({_retriever_model(ctx)})", u), (f"trained (profile `{ctx.profile}`)", t))
         for kind in [""] + sorted({k.split("/")[0] + "/" for k in t if "/" in k}):   # "": the tagged turns
             if f"{kind}queries" not in t:       # no tagged turn in the split: not measured (pipelines.emma.stage)
                 continue
             name = kind.rstrip("/") or "tagged turns"
             lines += [f"| {name} | {which} | {v[f'{kind}recall@1']:.3f} | {v[f'{kind}mrr']:.3f} | "
-                      f"{int(v[f'{kind}queries'])} |"
-                      for which, v in ((f"untrained ({_retriever_model(ctx)})", u), (f"trained (profile `{ctx.profile}`)", t))]
+                      f"{int(v[f'{kind}queries'])} |" for which, v in encoders]
         lines.append("")
         emma.update({f"retriever/{w}/{k}": float(v) for w, vals in scores.items() for k, v in vals.items()})
     else:
