@@ -38,10 +38,13 @@ from pipelines.errors import ConfigError
 from pipelines.registry import Section, config_sections
 
 
-def positive_int(key: str, value: Any) -> None:
-    """A ConfigError unless ``value`` is a positive integer (``key`` names it)."""
+def positive_int(key: str, value: Any, nullable: bool = False) -> None:
+    """A ConfigError unless ``value`` is a positive integer, or None when ``nullable`` (a cap that may be unset;
+    ``key`` names it)."""
+    if nullable and value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key} must be a positive integer, got {value!r}.")
+        raise ConfigError(f"{key} must be a positive integer{' or null' if nullable else ''}, got {value!r}.")
 
 
 def dataset_names(key: str, value: Any) -> None:

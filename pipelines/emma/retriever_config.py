@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pipelines.config_schema import positive_int
 from pipelines.errors import ConfigError
 from pipelines.models.minilm import minilm_path
 from pipelines.training.config import EngineSettings
@@ -60,9 +61,7 @@ class RetrieverConfig(EngineSettings):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"emma.retriever.{name} must be a positive integer, got {value!r}.")
         for name in ("max_train_triplets", "max_valid_triplets"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"emma.retriever.{name} must be a positive integer or null, got {value!r}.")
+            positive_int(f"emma.retriever.{name}", getattr(self, name), nullable=True)
         if self.patience < 0:
             raise ConfigError(f"emma.retriever.patience must be >= 0, got {self.patience!r}.")
         if not 0 < self.margin <= 2:

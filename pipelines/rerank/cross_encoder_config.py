@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipelines.config_schema import positive_int
 from pipelines.errors import ConfigError
 from pipelines.training.config import EngineSettings
 
@@ -50,9 +51,7 @@ class CrossEncoderConfig(EngineSettings):
             raise ConfigError(f"rerank.model.group_size must be an integer >= 2 (a positive and a negative), "
                               f"got {self.group_size!r}.")
         for name in ("max_train_examples", "max_valid_examples", "max_eval_examples"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"rerank.model.{name} must be a positive integer or null, got {value!r}.")
+            positive_int(f"rerank.model.{name}", getattr(self, name), nullable=True)
         if not isinstance(self.patience, int) or self.patience < 0:
             raise ConfigError(f"rerank.model.patience must be an integer >= 0, got {self.patience!r}.")
         if not self.lr > 0:
