@@ -12,14 +12,16 @@ encoder on the test split. The egocentric memory strategy in the benchmark uses 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.config_schema import build_config, dataset_names, positive_int
 from pipelines.data.folds import Folds
-from pipelines.data.stage import training_episodes, training_inputs, training_split
+from pipelines.data.stage import training_episodes, training_inputs, training_sources, training_split
 from pipelines.emma.dialogue_config import EMMADialogueConfig
 from pipelines.emma.formats import FormatConfig
+from pipelines.emma.retriever_check import BEATS, BEATS_RULE, beats_untrained
 from pipelines.emma.retriever_config import EVAL_FILE as RETRIEVER_EVAL
 from pipelines.emma.retriever_config import RetrieverConfig
 from pipelines.registry import Section, StageResult, config_section, stage
@@ -28,6 +30,7 @@ from pipelines.training.config import train_section
 EXAMPLES = "data/tasks/emma"
 DIALOGUE, RETRIEVER = "models/emma_dialogue", "models/emma_retriever"
 CODE = ("pipelines/emma", "pipelines/training", "pipelines/models")
+log = logging.getLogger("mnemos")
 
 
 def _episodes(ctx, split: str) -> list:
@@ -142,7 +145,7 @@ def emma_dialogue(ctx) -> StageResult:
 
 
 @stage(name="emma_retriever", group="emma", params=("emma",), inputs=training_inputs("emma"),
-       outputs=(RETRIEVER,), launcher="accelerate", code=CODE)
+       outputs=(RETRIEVER,), launcher="accelerate", code=CODE, checks=((BEATS, BEATS_RULE, False),))
 def emma_retriever(ctx) -> StageResult:
     """EMMA retriever: dual encoder (context <= 512 tokens, memory <= 32), cosine similarity,
     triplet loss with margin 0.2 on cosine distance, negatives mined in the same episode, on the example kinds
@@ -182,13 +185,17 @@ def emma_retriever(ctx) -> StageResult:
     result.metadata["test_episodes_trained_on"] = len(test) - len(unseen)
     if not unseen:                      # emma.sources without a test split: nothing to score
         result.metadata["test_scores"] = "none: no test episode the model did not train on in emma.sources"
-        return result
-    scores = {"untrained": _scores(DualEncoder.from_pretrained(cfg), cfg, unseen),
-              "trained": _scores(DualEncoder.load(ctx.path(RETRIEVER)), cfg, unseen)}
-    (ctx.path(RETRIEVER) / RETRIEVER_EVAL).write_text(json.dumps(scores, indent=2))
-    for which, values in scores.items():
-        result.metrics.update({f"test/{which}/{k}": float(v) for k, v in values.items()})
-        result.metadata.update({f"test_{which}_{k}": v for k, v in values.items()})
+    else:
+        scores = {"untrained": _scores(DualEncoder.from_pretrained(cfg), cfg, unseen),
+                  "trained": _scores(DualEncoder.load(ctx.path(RETRIEVER)), cfg, unseen)}
+        (ctx.path(RETRIEVER) / RETRIEVER_EVAL).write_text(json.dumps(scores, indent=2))
+        for which, values in scores.items():
+            result.metrics.update({f"test/{which}/{k}": float(v) for k, v in values.items()})
+            result.metadata.update({f"test_{which}_{k}": v for k, v in values.items()})
+    check = beats_untrained(result.metadata, training_sources(ctx.config.get("emma"), "emma"))
+    if not check.passed:
+        log.warning("stage emma_retriever: %s", check.examples[0])
+    result.checks.append(check)
     return result
 
 
@@ -213,7 +220,6 @@ FOLDS = f"{RETRIEVER}/folds"
 
 def _fold_config(ctx, cfg):
     """params.yaml ``emma.retriever_folds`` (None when absent), checked against emma.sources and the pairs."""
-    from pipelines.data.stage import training_sources
     from pipelines.errors import ConfigError
 
     section = ctx.config["emma"].get("retriever_folds")

@@ -378,8 +378,9 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
     memory block is the turn's gold memory tags (with their links)."""
     import json
 
-    from pipelines.data.stage import training_split
+    from pipelines.data.stage import training_sources, training_split
     from pipelines.emma.formats import iter_examples
+    from pipelines.emma.retriever_check import beats_untrained
     from pipelines.errors import ModelNotTrained
     from pipelines.evaluate.generation import temporal_generation_inputs
     from pipelines.text_metrics import by_session
@@ -407,6 +408,11 @@ def _emma_section(ctx, split: str, settings: dict | None = None) -> tuple[str, d
             lines += [f"| {name} | {which} | {v[f'{kind}recall@1']:.3f} | {v[f'{kind}mrr']:.3f} | "
                       f"{int(v[f'{kind}queries'])} |" for which, v in encoders]
         lines.append("")
+        check = beats_untrained({f"test_{w}_{k}": v for w, vals in scores.items() for k, v in vals.items()},
+                                training_sources(emma_cfg, "emma"))
+        if not check.passed:            # said here too, not only in the stage's check (issue #47, point 4)
+            lines += [f"**The trained encoder ranks below the untrained one:** {check.examples[0]} (the "
+                      f"emma_retriever stage's check `{check.name}` fails).", ""]
         emma.update({f"retriever/{w}/{k}": float(v) for w, vals in scores.items() for k, v in vals.items()})
     else:
         lines += [f"Not scored: the emma_retriever stage wrote no {EMMA_RETRIEVER_EVAL} (emma.sources has no "

@@ -92,6 +92,11 @@ def test_folds_train_on_the_other_folds_and_list_what_they_saw(ctx, monkeypatch)
     assert result.metadata["test_episodes_trained_on"] == 0 and result.metadata["test_episodes_scored"] == 1
     assert "test/trained/questions/recall@1" in result.metrics
     assert not [p for p in (ctx.root / "models" / ".runs").iterdir()]   # run folders and staged folds cleaned
+    [check] = result.checks                     # a model below the encoder it starts from is said to lose
+    test = json.loads((root / S.RETRIEVER_EVAL).read_text())
+    kinds = [k.removesuffix("recall@1") for k in test["trained"] if k.endswith("recall@1")]
+    assert check.name == "beats_untrained" and not check.blocking and check.metadata["measured_on"] == "the test split"
+    assert check.passed == all(test["trained"][f"{k}recall@1"] >= test["untrained"][f"{k}recall@1"] for k in kinds)
 
 
 def test_folds_need_question_pairs_and_sources_of_emma(ctx):

@@ -161,6 +161,21 @@ def test_a_retriever_scored_on_questions_alone_shows_those_rows_and_no_tagged_tu
     assert "| session_questions | untrained (all-MiniLM-L6-v2, shipped) | 0.300 | 0.400 | 20 |" in md
     assert "| session_questions | trained (profile `tiny`) | 0.350 | 0.450 | 20 |" in md
     assert "tagged turns |" not in md and metrics["retriever/trained/session_questions/mrr"] == 0.45
+    assert "ranks below the untrained one" not in md
+
+
+def test_a_retriever_below_the_untrained_encoder_is_said_to_be(emma_ctx):
+    """make run's retriever (synthetic data, tiny profile) can rank the test split below MiniLM untrained: the report
+    says so under the table, as the stage's check beats_untrained does (issue #47, point 4)."""
+    ctx, _ = emma_ctx
+    (ctx.root / output("emma_retriever") / EVAL_FILE).write_text(json.dumps({
+        "untrained": {"recall@1": 0.190, "mrr": 0.330, "queries": 21.0},
+        "trained": {"recall@1": 0.143, "mrr": 0.341, "queries": 21.0}}))
+    md, _ = S._emma_section(ctx, "test")
+    table = md.index("| tagged turns | trained (profile `tiny`) | 0.143 | 0.341 | 21 |")
+    said = md.index("**The trained encoder ranks below the untrained one:**")
+    assert table < said and "tagged turns 14.3% against 19.0%" in md[said:] and "learnt from synthetic" in md[said:]
+    assert "`beats_untrained` fails" in md[said:]
 
 
 def test_labels_follow_the_config_in_use(emma_ctx):
