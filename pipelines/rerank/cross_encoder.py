@@ -402,16 +402,26 @@ class Group:
     negatives: tuple[str, ...]
 
 
-def groups(examples: Sequence[RetrievalExample], config: CrossEncoderConfig) -> list[Group]:
+def group_slots(examples: Sequence[RetrievalExample]) -> list[tuple[int, str]]:
+    """(example index, evidence turn) of each group :func:`groups` builds, in its order, without ranking anything:
+    a question with a candidate that is not evidence has a negative (negative_depth >= 1)."""
+    return [(i, p) for i, ex in enumerate(examples) if set(ex.candidates) - set(ex.positives) for p in ex.positives]
+
+
+def groups(examples: Sequence[RetrievalExample], config: CrossEncoderConfig,
+           slots: Sequence[tuple[int, str]] | None = None) -> list[Group]:
     """One group per (question, evidence turn) with BM25's top ``negative_depth`` non-evidence candidates as its
-    negatives; a question without a negative gives none."""
+    negatives; a question without a negative gives none. ``slots`` (of :func:`group_slots`, a sample of them):
+    only those groups, in that order, each question ranked once (BM25 over a question's candidates is most of the
+    cost on a user's long histories)."""
+    hard: dict[int, tuple[str, ...]] = {}
     out = []
-    for ex in examples:
-        positives = set(ex.positives)
-        ranked = [ex.candidates[i] for i in first_stage_order(ex.context, ex.candidates)]
-        hard = tuple([c for c in ranked if c not in positives][: config.negative_depth])
-        if hard:
-            out += [Group(ex.context, p, hard) for p in ex.positives]
+    for i, positive in group_slots(examples) if slots is None else slots:
+        if i not in hard:
+            ex, positives = examples[i], set(examples[i].positives)
+            ranked = [ex.candidates[j] for j in first_stage_order(ex.context, ex.candidates)]
+            hard[i] = tuple([c for c in ranked if c not in positives][: config.negative_depth])
+        out.append(Group(examples[i].context, positive, hard[i]))
     return out
 
 
@@ -457,10 +467,12 @@ class RerankerTask:
         self.valid_examples = seeded_sample([ex for kind in config.pairs for ex in examples_of(kind, valid_episodes)],
                                             config.max_valid_examples, f"rerank-valid-questions:{config.seed}")
         self.counts = {kind: len(examples) for kind, examples in by_kind.items()}
-        self.train_groups = groups([ex for examples in by_kind.values() for ex in examples], config)
-        if config.max_train_examples is not None and len(self.train_groups) > config.max_train_examples:
-            rng = random.Random(f"rerank-subset:{config.seed}")
-            self.train_groups = rng.sample(self.train_groups, config.max_train_examples)
+        train = [ex for examples in by_kind.values() for ex in examples]
+        slots = group_slots(train)
+        if config.max_train_examples is not None and len(slots) > config.max_train_examples:
+            rng = random.Random(f"rerank-subset:{config.seed}")        # the groups drawn, then only those built
+            slots = [slots[j] for j in rng.sample(range(len(slots)), config.max_train_examples)]
+        self.train_groups = groups(train, config, slots)
         self.valid_groups = seeded_sample(groups(self.valid_examples, config), config.max_valid_examples,
                                           f"rerank-valid-groups:{config.seed}")
         self.counts["groups"] = len(self.train_groups)

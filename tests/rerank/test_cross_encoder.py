@@ -150,3 +150,26 @@ def test_the_reranker_learns_from_pairs_mined_without_labels():
     assert task.counts["thread_pairs"] == 2 and task.counts["groups"] == 2
     question, pairs = task.train_dataset()[0]
     assert question == episode.sessions[2].turns[0].text and pairs[0] == "User: " + episode.sessions[0].turns[0].text
+
+
+def test_a_cap_on_groups_ranks_only_the_questions_it_draws_and_draws_what_it_drew_from_all(monkeypatch):
+    """rerank.model.max_train_examples: the groups drawn are those a draw from every group gives (the same seed, so
+    the same model), but BM25 ranks only the drawn questions' candidates (most of the cost on long histories)."""
+    import random
+
+    from pipelines.data.synthetic import SyntheticConfig, generate
+
+    train = [e for e in generate(SyntheticConfig(episodes=6, sessions=3, turns=6, partners=2, queries_per_session=2))
+             if e.split == "train"]
+    cfg = X.CrossEncoderConfig(max_train_examples=5)
+    examples = [ex for kind in cfg.pairs for ex in X.examples_of(kind, train)]
+    every = X.groups(examples, cfg)
+    assert len(examples) > 5 and len(every) > 5
+    assert [(examples[i].context, p) for i, p in X.group_slots(examples)] == [(g.question, g.positive) for g in every]
+    ranked = []
+    real = X.first_stage_order
+    monkeypatch.setattr(X, "first_stage_order", lambda question, candidates: ranked.append(question)
+                        or real(question, candidates))
+    task = X.RerankerTask(cfg, train)
+    assert task.train_groups == random.Random(f"rerank-subset:{cfg.seed}").sample(every, 5)
+    assert 1 <= len(ranked) <= 5 and len(set(ranked)) == len(ranked)       # each drawn question ranked once
