@@ -31,7 +31,7 @@ class Folds:
     k: int = 5                          # folds; each of them is held out by one model trained on the others
     sources: tuple[str, ...] = ("locomo",)  # datasets cut into folds, whatever their published split
     valid_share: float = 0.1            # share of a model's fold episodes kept for validation (early stopping);
-                                        # at least one episode when there are two or more
+                                        # at least one episode when there are three or more
     where: str = field(default="emma.retriever_folds", compare=False, repr=False)  # the params key, for errors
 
     def __post_init__(self) -> None:
@@ -61,11 +61,15 @@ def assign_folds(ids: Iterable[str], k: int) -> dict[str, int]:
 
 
 def validation_ids(ids: Iterable[str], share: float) -> set[str]:
-    """The ``share`` of ``ids`` (rounded; at least one of two or more when share > 0, never all) a model
-    validates on instead of training on, chosen by sha256 rank."""
+    """The ``share`` of ``ids`` (rounded; never all) a model validates on instead of training on, chosen by sha256
+    rank. When the share rounds to none, one of three or more: of two episodes (a user's own two histories, each
+    one episode) the model trains on both, for the one it kept would be a copy of the fold model trained on the
+    other (the same episodes, the same weights)."""
     ranked = _rank(ids, "emma-retriever-valid")
-    n = min(max(round(share * len(ranked)), 1 if share > 0 else 0), max(len(ranked) - 1, 0))
-    return set(ranked[:n])
+    n = round(share * len(ranked))
+    if n == 0 and share > 0 and len(ranked) >= 3:
+        n = 1
+    return set(ranked[:min(n, max(len(ranked) - 1, 0))])
 
 
 def write_trained_on(directory: str | os.PathLike, train: Iterable, valid: Iterable, **extra) -> Path:

@@ -80,6 +80,10 @@ def test_folds_are_balanced_stable_and_validation_is_a_share():
         folds_mod.assign_folds(ids[:3], 5)
     assert len(folds_mod.validation_ids(ids[:8], 0.1)) == 1 and folds_mod.validation_ids(ids[:8], 0.0) == set()
     assert folds_mod.validation_ids(ids[:1], 0.5) == set()                        # never the only training episode
+    # Two episodes (a user's two histories): the main model trains on both, not on one as the fold model of the
+    # other does (the same episodes: a copy); three or more keep one for validation.
+    assert folds_mod.validation_ids(ids[:2], 0.1) == set() and len(folds_mod.validation_ids(ids[:3], 0.1)) == 1
+    assert len(folds_mod.validation_ids(ids[:5], 0.1)) == 1 and len(folds_mod.validation_ids(ids[:2], 0.5)) == 1
     with pytest.raises(ConfigError, match="k must be an integer >= 2"):
         folds_mod.Folds(k=1)
 

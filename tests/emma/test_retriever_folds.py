@@ -126,3 +126,18 @@ def test_held_out_scores_name_only_what_was_measured(tiny):
     scores = S._scores(model, cfg, [untagged])
     assert sorted(scores) == ["questions/mrr", "questions/queries", "questions/recall@1"]
     assert scores["questions/queries"] == 2.0
+
+
+def test_of_two_histories_the_main_model_trains_on_both_and_each_fold_model_on_the_other(ctx):
+    """A user's own two files (two RealMem personas: one episode each): the main model learns from both, not from
+    the one a fold model also learns from alone (it kept the other for validation: a copy of that fold model)."""
+    from pipelines.data.folds import Folds
+    from pipelines.training.folds import fold_plan
+
+    write_episodes(ctx.root / "data/canonical/locomo/test.jsonl", [_conversation(e) for e in CONVERSATIONS[:2]])
+    ctx.config["emma"]["sources"] = ["locomo"]
+    plan = fold_plan(ctx, "emma", Folds(k=2, sources=("locomo",)))
+    assert sorted(e.id for e in plan["train"]) == CONVERSATIONS[:2] and plan["valid"] == []
+    for fold in plan["folds"]:
+        assert [e.id for e in fold["train"]] == [e.id for e in plan["train"] if e not in fold["held_out"]]
+        assert len(fold["train"]) == 1 and fold["valid"] == []
