@@ -57,9 +57,7 @@ class RetrieverConfig(EngineSettings):
         if not pairs or unknown or len(set(pairs)) != len(pairs):
             raise ConfigError(f"emma.retriever.pairs must list some of {list(PAIRS)}, each once, got {list(pairs)!r}.")
         for name in ("context_max_length", "memory_max_length", "batch_size", "max_epochs", "max_negatives"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"emma.retriever.{name} must be a positive integer, got {value!r}.")
+            positive_int(f"emma.retriever.{name}", getattr(self, name))
         for name in ("max_train_triplets", "max_valid_triplets"):
             positive_int(f"emma.retriever.{name}", getattr(self, name), nullable=True)
         if self.patience < 0:

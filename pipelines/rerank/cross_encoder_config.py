@@ -44,9 +44,7 @@ class CrossEncoderConfig(EngineSettings):
         if not pairs or any(p not in PAIRS for p in pairs) or len(set(pairs)) != len(pairs):
             raise ConfigError(f"rerank.model.pairs must list some of {list(PAIRS)}, each once, got {list(pairs)!r}.")
         for name in ("max_length", "batch_size", "negative_depth", "max_epochs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"rerank.model.{name} must be a positive integer, got {value!r}.")
+            positive_int(f"rerank.model.{name}", getattr(self, name))
         if not isinstance(self.group_size, int) or isinstance(self.group_size, bool) or self.group_size < 2:
             raise ConfigError(f"rerank.model.group_size must be an integer >= 2 (a positive and a negative), "
                               f"got {self.group_size!r}.")
