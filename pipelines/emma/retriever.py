@@ -421,15 +421,30 @@ def examples_of(kind: str, episodes: Sequence[Episode], fmt: FormatConfig | None
     raise ConfigError(f"unknown retriever example kind {kind!r}; known: {list(PAIRS)}.")
 
 
+def encode_longest_first(encode, texts: Sequence[str], batch_size: int) -> torch.Tensor:
+    """``encode`` (a tower's ``texts -> (B, H)``) over ``texts`` longest first in batches of ``batch_size``, so
+    that a batch holds texts of similar length and pads little (as the dense strategy's encoders batch); the
+    unit vectors (N, H) in the order of ``texts``."""
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    parts = [encode([texts[i] for i in order[a:a + batch_size]]) for a in range(0, len(order), batch_size)]
+    longest_first = F.normalize(torch.cat(parts), dim=-1)                                    # (N, H)
+    out = torch.empty_like(longest_first)
+    out[order] = longest_first
+    return out
+
+
 @torch.no_grad()
 def evaluate_retriever(model: DualEncoder, episodes: Iterable[Episode] | Sequence[RetrievalExample],
-                       fmt: FormatConfig | None = None, batch_size: int = 32) -> dict[str, float]:
+                       fmt: FormatConfig | None = None, batch_size: int = 32,
+                       memory_vectors: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
     """Recall@1 and MRR over tagged main-speaker turns.
 
     The candidates of a turn are the owner's memories written before its session; a turn counts as a hit
     at rank r when the best-ranked tagged memory is r-th (recall@1 = share of turns with r = 1, MRR = mean
     of 1/r; ties keep the candidates' time order). Turns with no tagged candidate are skipped. Returns
-    ``{"recall@1", "mrr", "queries"}``. Each distinct text is encoded once, ``batch_size`` at a time.
+    ``{"recall@1", "mrr", "queries"}``. Each distinct text is encoded once, longest first, ``batch_size`` at a
+    time; ``memory_vectors`` (text -> E_m(text), unit length) keeps the memory tower's vectors across calls with
+    the same model (the kinds of questions of one set of episodes share their candidates).
     """
     items = list(episodes)
     examples = items if items and isinstance(items[0], RetrievalExample) else \
@@ -439,13 +454,14 @@ def evaluate_retriever(model: DualEncoder, episodes: Iterable[Episode] | Sequenc
         return {"recall@1": 0.0, "mrr": 0.0, "queries": 0.0}
     was_training = model.training
     model.eval()
+    known = {} if memory_vectors is None else memory_vectors
+    new = sorted({c for ex in examples for c in ex.candidates} - known.keys())
+    if new:
+        known.update(zip(new, encode_longest_first(model.encode_memory, new, batch_size)))
     memories = sorted({c for ex in examples for c in ex.candidates})
     row = {text: i for i, text in enumerate(memories)}
-    chunks = range(0, len(memories), batch_size)
-    mem = F.normalize(torch.cat([model.encode_memory(memories[i:i + batch_size]) for i in chunks]), dim=-1)
-    contexts = [ex.context for ex in examples]
-    ctx = F.normalize(torch.cat([model.encode_context(contexts[i:i + batch_size])
-                                 for i in range(0, len(contexts), batch_size)]), dim=-1)   # (Q, H)
+    mem = torch.stack([known[text] for text in memories])                                  # (M, H)
+    ctx = encode_longest_first(model.encode_context, [ex.context for ex in examples], batch_size)   # (Q, H)
     model.train(was_training)
     hits = rr = 0.0
     for q, ex in enumerate(examples):

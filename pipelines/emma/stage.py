@@ -202,14 +202,17 @@ def emma_retriever(ctx) -> StageResult:
 def _scores(model, cfg, episodes) -> dict[str, float]:
     """Recall@1 / MRR of ``model`` on ``episodes``: over the tagged turns (keys as before pairs existed; none when
     the episodes have no tagged turn, as a user's RealMem files: a figure over no query is no figure), and over the
-    questions of each question kind of ``cfg.pairs`` (keys ``<kind>/recall@1`` ...)."""
+    questions of each question kind of ``cfg.pairs`` (keys ``<kind>/recall@1`` ...). The kinds share their
+    candidates (the episodes' turns): each is encoded once."""
     from pipelines.emma.retriever import evaluate_retriever, examples_of
 
-    tagged = evaluate_retriever(model, episodes)
+    vectors: dict = {}                  # memory text -> E_m(text), across the kinds
+    tagged = evaluate_retriever(model, episodes, memory_vectors=vectors)
     out = dict(tagged) if tagged["queries"] else {}
     for kind in cfg.pairs:
         if kind != "memory_tags":
-            out.update({f"{kind}/{k}": v for k, v in evaluate_retriever(model, examples_of(kind, episodes)).items()})
+            figures = evaluate_retriever(model, examples_of(kind, episodes), memory_vectors=vectors)
+            out.update({f"{kind}/{k}": v for k, v in figures.items()})
     return out
 
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from pipelines.data.synthetic import SyntheticConfig, generate
 from pipelines.emma import retriever as R
@@ -121,6 +122,40 @@ def test_save_and_load_round_trip(tmp_path, minilm):
     s2 = again.scores("[Mia] nurse [NOW] first session [Mia]", ["Mia adopted a puppy.", "Leo moved."])
     assert torch.allclose(s1, s2, atol=1e-5)
     assert again.config.memory_max_length == 32
+
+
+def test_scoring_encodes_each_memory_once_longest_first_with_the_figures_of_unbatched_encoding(
+        minilm, synthetic_episodes):
+    tagged = R.retrieval_examples(synthetic_episodes, fallback_to_episode=False)
+    questions = R.examples_of("questions", synthetic_episodes)
+    assert tagged and questions
+    alone = [R.evaluate_retriever(minilm, ex, batch_size=1) for ex in (tagged, questions)]   # no padding at all
+    batches: list[list[str]] = []
+    encode = minilm.encode_memory
+
+    def counted(texts):
+        batches.append(list(texts))
+        return encode(texts)
+
+    minilm.encode_memory = counted          # an instance attribute, dropped below
+    try:
+        vectors: dict = {}
+        shared = [R.evaluate_retriever(minilm, ex, batch_size=8, memory_vectors=vectors) for ex in (tagged, questions)]
+    finally:
+        del minilm.encode_memory
+    for a, b in zip(alone, shared):
+        assert a == pytest.approx(b, abs=1e-9)
+    encoded = [t for batch in batches for t in batch]
+    candidates = {c for ex in (*tagged, *questions) for c in ex.candidates}
+    assert sorted(encoded) == sorted(candidates) == sorted(vectors)          # each candidate once, over both calls
+    assert all(len(b) <= 8 for b in batches)
+    first_call = encoded[:len({c for ex in tagged for c in ex.candidates})]
+    assert [len(t) for t in first_call] == sorted(map(len, first_call), reverse=True)      # longest first
+    text, was_training = encoded[-1], minilm.training
+    minilm.eval()                           # no dropout, as the scoring
+    with torch.no_grad():
+        assert torch.allclose(vectors[text], F.normalize(encode([text]), dim=-1)[0], atol=1e-5)
+    minilm.train(was_training)
 
 
 @pytest.fixture(scope="module")
