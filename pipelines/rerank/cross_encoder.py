@@ -426,8 +426,8 @@ def groups(examples: Sequence[RetrievalExample], config: CrossEncoderConfig,
 
 
 @torch.no_grad()
-def evaluate_reranker(model: CrossEncoder, examples: Sequence[RetrievalExample], depth: int = 30
-                      ) -> dict[str, float]:
+def evaluate_reranker(model: "CrossEncoder | RuntimeCrossEncoder", examples: Sequence[RetrievalExample],
+                      depth: int = 30) -> dict[str, float]:
     """Re-rank BM25's top ``depth`` candidates of each question; recall@1 and MRR of the best evidence turn in
     BM25's order and in the re-ranker's (a question whose evidence is not in the top ``depth`` counts 0 in both).
     Returns ``{"recall@1", "mrr", "bm25_recall@1", "bm25_mrr", "in_depth", "queries"}``."""

@@ -75,12 +75,15 @@ def _folds(ctx):
 
 def _scores(path, cfg, episodes) -> dict[str, float]:
     """Re-ranking figures (:func:`~pipelines.rerank.cross_encoder.evaluate_reranker`) of the saved model at
-    ``path`` (None: the untrained one, MiniLM with a new head) on ``episodes``' questions."""
+    ``path`` (None: the untrained one, MiniLM with a new head) on ``episodes``' questions. A saved model scores as
+    the benchmark's ``rerank`` strategy runs it (:func:`~pipelines.rerank.cross_encoder.load_scorer`, ``auto``: its
+    ONNX export on a CPU, by OpenVINO in bf16 where the CPU computes bf16, else by ONNX Runtime in fp32; torch on a
+    GPU): about half the time of torch fp32 on the CPU, and the export made here is the one the benchmark reuses."""
     from pipelines.data.sampling import seeded_sample
     from pipelines.emma.retriever import examples_of
-    from pipelines.rerank.cross_encoder import CrossEncoder, evaluate_reranker
+    from pipelines.rerank.cross_encoder import CrossEncoder, evaluate_reranker, load_scorer
 
-    model = CrossEncoder.load(path) if path is not None else CrossEncoder.from_pretrained(cfg)
+    model = load_scorer(path) if path is not None else CrossEncoder.from_pretrained(cfg)
     examples = seeded_sample([ex for kind in cfg.pairs for ex in examples_of(kind, episodes)], cfg.max_eval_examples,
                              f"rerank-eval:{cfg.seed}")
     return evaluate_reranker(model, examples, cfg.negative_depth)

@@ -4,6 +4,7 @@ listing what it saw, the re-ranking figures against BM25's order; bad settings n
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,27 @@ def test_folds_never_train_on_their_held_out_conversations_and_report_against_bm
     test = json.loads((root / S.RERANKER_EVAL).read_text())["trained"]
     assert check.name == S.BEATS and not check.blocking and check.metadata["measured_on"] == "the test split"
     assert check.passed == (test["recall@1"] >= test["bm25_recall@1"])
+
+
+def test_each_saved_model_is_scored_as_the_benchmarks_rerank_strategy_runs_it(ctx, monkeypatch):
+    import torch
+
+    from pipelines.rerank import cross_encoder as CE
+
+    real, loaded = CE.load_scorer, []
+
+    def recording(path, *args, **kwargs):      # the model's digest (its run folder is gone after the stage)
+        loaded.append((CE.saved_digest(Path(path)), real(path, *args, **kwargs)))
+        return loaded[-1][1]
+
+    monkeypatch.setattr(CE, "load_scorer", recording)
+    result = S.reranker(ctx)
+    assert len(loaded) == 3                          # the two fold models, then the main one on synthetic's test split
+    runtime = CE.CrossEncoder if torch.cuda.is_available() else CE.RuntimeCrossEncoder   # auto: its export on a CPU
+    assert all(isinstance(scorer, runtime) for _, scorer in loaded)
+    digests = [CE.saved_digest(ctx.root / S.RERANKER / "folds" / f"fold-{i}") for i in range(2)]
+    assert digests + [CE.saved_digest(ctx.root / S.RERANKER)] == [digest for digest, _ in loaded]
+    assert result.metrics["folds/trained/queries"] == 8.0
 
 
 def test_held_out_scoring_and_validation_are_capped(ctx):
