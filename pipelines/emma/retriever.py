@@ -455,10 +455,10 @@ def evaluate_retriever(model: DualEncoder, episodes: Iterable[Episode] | Sequenc
     was_training = model.training
     model.eval()
     known = {} if memory_vectors is None else memory_vectors
-    new = sorted({c for ex in examples for c in ex.candidates} - known.keys())
+    memories = sorted({c for ex in examples for c in ex.candidates})
+    new = [text for text in memories if text not in known]
     if new:
         known.update(zip(new, encode_longest_first(model.encode_memory, new, batch_size)))
-    memories = sorted({c for ex in examples for c in ex.candidates})
     row = {text: i for i, text in enumerate(memories)}
     mem = torch.stack([known[text] for text in memories])                                  # (M, H)
     ctx = encode_longest_first(model.encode_context, [ex.context for ex in examples], batch_size)   # (Q, H)

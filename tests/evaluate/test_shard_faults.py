@@ -54,8 +54,9 @@ def _lines(path: Path) -> list[str]:
 
 
 def _whole_lines(path: Path) -> list[str]:
-    """The lines of ``path`` written whole: what a shard counts as finished (a line torn by a kill mid-write is not:
-    a record longer than the file's write buffer reaches the disk in more than one write)."""
+    """The lines of ``path`` written whole: what a shard counts as finished. A line seen without its newline is
+    still being written (a record is several kB, more than a page): a SIGKILL then can stop the write at a page and
+    leave the line torn, which the next run cuts off."""
     return [line for line in _lines(path) if line.endswith("\n")]
 
 
