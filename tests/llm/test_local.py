@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -161,6 +162,30 @@ def test_a_gguf_is_converted_once_even_by_two_at_a_time(tmp_path, monkeypatch):
     assert [p.name for p in target.parent.iterdir() if not p.name.endswith(".lock")] == ["m"]   # no temp left
     convert_gguf(gguf, target)
     assert len(calls) == 1
+
+
+def test_a_folder_converted_from_another_file_is_converted_again(tmp_path, monkeypatch):
+    """The default model's folder is named by the model, not its file: after an upgrade of the package (a new
+    GGUF, a new sha256) the old conversion is replaced, never served under the new file's fingerprint."""
+    calls = []
+
+    def fake_dequantise(gguf, out):
+        calls.append(gguf.read_bytes())
+        (out / "weights.txt").write_bytes(gguf.read_bytes())
+
+    monkeypatch.setattr(local, "_dequantise", fake_dequantise)
+    gguf, target = tmp_path / "m.gguf", tmp_path / "models" / "m"
+    gguf.write_bytes(b"GGUF v1")
+    convert_gguf(gguf, target, "sha256:one")
+    convert_gguf(gguf, target, "sha256:one")
+    assert calls == [b"GGUF v1"]
+    gguf.write_bytes(b"GGUF v2")
+    convert_gguf(gguf, target, "sha256:two")
+    assert calls == [b"GGUF v1", b"GGUF v2"] and (target / "weights.txt").read_bytes() == b"GGUF v2"
+    assert json.loads((target / "converted.json").read_text())["fingerprint"] == "sha256:two"
+    assert sorted(p.name for p in target.parent.iterdir()) == [".m.lock", "m"]   # the old copy is gone
+    convert_gguf(gguf, target, "sha256:two")
+    assert len(calls) == 2
 
 
 def test_a_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch):
