@@ -24,6 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # re-rankers, one new folder of 4-90 MB a run) are removed at the end of the session (pytest_sessionfinish below).
 TEST_ENCODERS = Path(__file__).resolve().parents[1] / ".cache" / "test-encoders"
 os.environ.setdefault("MNEMOS_ENCODER_DIR", str(TEST_ENCODERS))
+TEST_LLM_MODELS = TEST_ENCODERS.parent / "test-llm-models"
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs one worker per core (pytest-xdist): one compute thread each, never oversubscribed.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -31,7 +32,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 # Scheduling of `make test` (pytest-xdist's loadscope: a module's tests on one worker, sharing its fixtures). The
-# browser tests share one whole-graph run (tests/browser/conftest.py's session fixtures): one scope, so one worker
+# browser tests share one whole-graph run (tests/browser/conftest.py's package fixtures): one scope, so one worker
 # runs it once. The long scopes start first, so no worker is left with one of them at the end while the others idle
 # (xdist's own order is by number of tests, which puts these last). The order changes speed only, never a result.
 SHARED_SCOPES = ("tests/browser/",)
@@ -93,12 +94,14 @@ def tiny_llama(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def smollm2_models(tmp_path_factory):
-    """A models folder holding the shipped SmolLM2 GGUF converted once per session (about 20 s on 2 cores):
-    point ``MNEMOS_LLM_MODELS`` at it so a project copy or a CLI run reuses it instead of converting again."""
-    from pipelines.llm.local import resolve_model
+def smollm2_models():
+    """A models folder holding the shipped SmolLM2 GGUF converted (about 20 s on 2 cores) once for every worker and
+    every later test run: ``.cache/test-llm-models/<the GGUF's digest>`` (the conversion is locked and renamed into
+    place, so the other workers wait for it and never read half a folder). Point ``MNEMOS_LLM_MODELS`` at it so a
+    project copy or a CLI run reuses it instead of converting again."""
+    from pipelines.llm.local import resolve_model, shipped_gguf
 
-    models = tmp_path_factory.mktemp("llm-models")
+    models = TEST_LLM_MODELS / shipped_gguf()[1][:12]
     resolve_model("smollm2-135m-instruct", models)
     return models
 

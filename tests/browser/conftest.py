@@ -1,4 +1,4 @@
-"""Session fixtures of the browser tests: one project copy, one whole-graph run, two servers, one browser.
+"""Package fixtures of the browser tests: one project copy, one whole-graph run, two servers, one browser.
 
 The whole graph is materialised once, by clicking "Materialize all" in the Dagster UI (the issue's
 "launching the whole graph on the tiny profile from the UI"); every other test reads that run's
@@ -19,7 +19,7 @@ RUNS_QUERY = "{ runsOrError { __typename ... on Runs { results { runId status } 
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def project(tmp_path_factory, smollm2_models) -> h.Project:
     """The project copy; its benchmark's reader model is the session's converted SmolLM2 (MNEMOS_LLM_MODELS)."""
     project = h.build_project(tmp_path_factory.mktemp("browser-project"))
@@ -27,7 +27,7 @@ def project(tmp_path_factory, smollm2_models) -> h.Project:
     return project
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def servers(project):
     """``dagster dev`` and the MLflow server on free loopback ports; stopped (and checked) at the end."""
     started = [h.mlflow_server(project), h.dagster_server(project)]
@@ -48,7 +48,7 @@ def servers(project):
     assert all(graceful.values()), f"SIGTERM did not stop every server group within {h.STOP_TIMEOUT_S} s: {graceful}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def driver():
     h.ensure_browser()
     h.ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def driver():
         drv.quit()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def dagster_ui(project, servers, driver) -> h.Project:
     """The Dagster UI opened once; its first-visit "Join the Dagster community" dialog skipped."""
     driver.get(f"{project.dagster_url}/asset-groups")
@@ -83,7 +83,7 @@ class UiRun:
     seconds: float  # from the click to the final status
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ui_run(dagster_ui, driver) -> UiRun:
     """Click "Materialize all" on the asset lineage page and wait for the run Dagster launches."""
     project = dagster_ui
@@ -111,7 +111,7 @@ def ui_run(dagster_ui, driver) -> UiRun:
     return UiRun(run_id=run_id, status=status, seconds=round(time.monotonic() - started, 1))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def materialized(ui_run, servers) -> UiRun:
     """The UI run, required to have succeeded (tests reading its results use this)."""
     if ui_run.status != "SUCCESS":
@@ -120,7 +120,7 @@ def materialized(ui_run, servers) -> UiRun:
     return ui_run
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mlflow_ui(project, servers, driver) -> h.Project:
     """The MLflow UI opened once, switched to its "Model training" view, assistant panel closed."""
     h.open_mlflow_ui(driver, project)
