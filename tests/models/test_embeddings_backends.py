@@ -4,7 +4,8 @@ length-sorted pass over the missing texts, the device setting (never a silent fa
 from __future__ import annotations
 
 import contextlib
-
+import fcntl
+import json
 import multiprocessing
 import sys
 import time
@@ -269,6 +270,36 @@ def test_a_failed_export_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError, match="export failed"):
         E.cached_export("m-onnx-none", broken, tmp_path)
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def _fake_export(root, name, source, sha, backend="onnx", quantization="none"):
+    def make(out):
+        (out / "model.onnx").write_text(sha)
+        (out / E.META_FILE).write_text(json.dumps({"backend": backend, "quantization": quantization,
+                                                   "source": source, "source_sha256": sha}))
+    return E.cached_export(name, make, root)
+
+
+def test_an_export_of_retrained_weights_replaces_the_older_one_of_the_same_folder_and_variant(tmp_path):
+    """models/reranker retrained: its export under the new digest supersedes the old one (never read again: the
+    folder no longer holds those weights); other folders, other variants and the one being made stay."""
+    root = tmp_path / "encoders"
+    first = _fake_export(root, "reranker-onnx-none-aaa", "/p/models/reranker", "aaa")
+    int8 = _fake_export(root, "reranker-onnx-int8-aaa", "/p/models/reranker", "aaa", quantization="int8_avx2")
+    openvino = _fake_export(root, "reranker-openvino-none-aaa", "/p/models/reranker", "aaa", backend="openvino")
+    other = _fake_export(root, "fold-0-onnx-none-ccc", "/p/models/reranker/folds/0", "ccc")
+    foreign = root / "made-by-hand"
+    foreign.mkdir()                                                # no encoder.json: not an export, left alone
+    busy = _fake_export(root, "reranker-onnx-none-ddd", "/p/models/reranker", "ddd")
+    assert not first.exists()                                      # ddd superseded aaa
+    with open(root / f".{busy.name}.lock", "w") as lock:           # another process holds ddd's lock
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        second = _fake_export(root, "reranker-onnx-none-bbb", "/p/models/reranker", "bbb")
+        assert busy.exists()                                       # left for the next prune
+    assert E.prune_superseded(second) == [busy] and not busy.exists()
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == sorted(
+        [second.name, int8.name, openvino.name, other.name, foreign.name])
+    assert E.cached_export(second.name, lambda out: pytest.fail("made twice"), root) == second
 
 
 @pytest.fixture(scope="session")
