@@ -54,6 +54,18 @@ def _norm(relative: str | os.PathLike) -> str | None:
     return None if ".." in parts else "/".join(parts)
 
 
+def published_path(path: str | os.PathLike) -> Path:
+    """``path`` where a stage's swap puts it: a path inside a run's staging folder
+    (``<root>/.mnemos/staging/<run_name>/new/<rel>``) as ``<root>/<rel>``, any other path as it is. It names a
+    model folder alike in the run that trains it (which reads its staged copy) and the later runs that read it
+    (e.g. the owner of an encoder export: :func:`pipelines.models.embeddings.prune_superseded`)."""
+    parts, marker = Path(path).parts, PurePosixPath(STAGING_DIR).parts
+    for i in range(len(parts) - len(marker) - 1):
+        if parts[i:i + len(marker)] == marker and parts[i + len(marker) + 1] == "new":
+            return Path(*parts[:i], *parts[i + len(marker) + 2:])
+    return Path(path)
+
+
 def _exists(path: Path) -> bool:
     return path.exists() or path.is_symlink()
 

@@ -19,7 +19,7 @@ from pipelines.errors import ValidationFailed
 from pipelines.registry import CheckOutcome, Stage, StageResult
 from pipelines.runner import run_stage
 from tests._one_registry import demo_stage
-from pipelines.staging import STAGING_DIR, Staging
+from pipelines.staging import STAGING_DIR, Staging, published_path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = "models/demo"  # a folder output, as a trained model is
@@ -292,3 +292,12 @@ def test_a_training_stage_killed_midway_keeps_the_last_model_and_resumes_from_it
     assert (tmp_path / TINY / "config.json").is_file()
     assert not list(runs.iterdir())  # finished: the run folder is gone
     assert no_staging_left(tmp_path)
+
+
+def test_a_path_in_a_runs_staging_folder_is_published_to_its_place_in_the_project(tmp_path):
+    staged = tmp_path / STAGING_DIR / "reranker" / "new" / "models" / "reranker"
+    assert published_path(staged) == tmp_path / "models" / "reranker"
+    assert published_path(str(staged / "folds" / "fold-0")) == tmp_path / "models/reranker/folds/fold-0"
+    for elsewhere in (tmp_path / "models" / "reranker", tmp_path / STAGING_DIR / "reranker" / "old" / "models",
+                      tmp_path / STAGING_DIR / "reranker", Path("models/reranker")):
+        assert published_path(elsewhere) == elsewhere

@@ -32,9 +32,9 @@ that is fastest on the hardware.
   quantization) into ``export_dir`` (``$MNEMOS_ENCODER_DIR``, else ``~/.cache/mnemos/encoders``; never into the
   model's own folder or site-packages), written in a temporary folder and renamed into place under a file lock, so
   concurrent processes export it once and never read half of one. Each export checks its vectors against the torch
-  model's on a few texts (cosines kept in its ``encoder.json``). A new export removes the older ones of the same
-  folder and variant made from other weights (:func:`prune_superseded`: a retrained ``models/reranker``'s), so the
-  cache holds one export per folder and variant instead of one per training run.
+  model's on a few texts (cosines kept in its ``encoder.json``). An export made or used removes the others of the
+  same folder and variant made from other weights (:func:`prune_superseded`: a retrained ``models/reranker``'s), so
+  the cache holds one export per folder and variant instead of one per training run.
 - :class:`EmbeddingCache` stores vectors in SQLite (``<cache_dir>/embeddings.sqlite3``), keyed by (model key, sha256
   of the text), so a second run over the same texts encodes nothing. The model key names the arithmetic that made
   the vectors (:func:`cache_key`): torch fp32 keeps the bare model name (existing caches stay valid), any other
@@ -467,24 +467,28 @@ _DIGESTS: dict[tuple, str] = {}   # source_digest's: (folder, its files' names, 
 def cached_export(name: str, make: Callable[[Path], None], export_dir: str | os.PathLike | None = None) -> Path:
     """``<export_dir>/<name>``, made by ``make(folder)`` if missing (it must write :data:`META_FILE` last): in a
     temporary folder renamed into place under an exclusive lock, so that concurrent processes make it once and a
-    reader never sees half of one. A new export replaces those it supersedes (:func:`prune_superseded`)."""
+    reader never sees half of one. The export, made or found, replaces those it supersedes
+    (:func:`prune_superseded`): the source folder holds its weights now."""
     root = Path(export_dir) if export_dir else default_export_dir()
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
-    if (final / META_FILE).exists():
-        return final
-    with open(root / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)            # a second process waits here, then finds the folder made
-        if (final / META_FILE).exists():
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
-        try:
-            make(tmp)
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    prune_superseded(final)
+    if not (final / META_FILE).exists():
+        with open(root / f".{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)        # a second process waits here, then finds the folder made
+            if not (final / META_FILE).exists():
+                tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+                try:
+                    make(tmp)
+                    os.rename(tmp, final)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+    if final not in _PRUNED:                        # once a process: the benchmark asks again for every episode
+        _PRUNED.add(final)
+        prune_superseded(final)
     return final
+
+
+_PRUNED: set[Path] = set()   # the exports cached_export has pruned around in this process
 
 
 def _export_meta(folder: Path) -> dict | None:
@@ -496,22 +500,27 @@ def _export_meta(folder: Path) -> dict | None:
 
 
 def prune_superseded(export: Path) -> list[Path]:
-    """Remove the exports beside ``export`` that it supersedes: those of the same source folder, backend and
-    quantization made from other weights (another ``source_sha256``). A folder holds one set of weights at a time,
+    """Remove the exports beside ``export`` that it supersedes: those of the same source folder (the place a stage
+    publishes it to, when it was exported from the stage's staging folder), backend and quantization made from
+    other weights (another ``source_sha256``). A folder holds one set of weights at a time,
     and an export is named by their digest, so an older one is never read again once the folder was retrained
     (``models/reranker`` after each run of its stage: about 90 MB each for MiniLM). Exports of other folders, of
     the shipped models, or in another variant stay. An export another process is making (its lock held) is left
     for the next prune. Returns the folders removed."""
+    from pipelines.staging import published_path
+
+    def owner(meta: dict) -> tuple:       # a stage scores its staged model: the folder it is published to owns it
+        return str(published_path(meta["source"])), meta.get("backend"), meta.get("quantization")
+
     meta = _export_meta(export)
     if not meta or not meta.get("source") or not meta.get("source_sha256"):
         return []
-    key = (meta["source"], meta.get("backend"), meta.get("quantization"))
     removed = []
     for other in sorted(export.parent.iterdir()):
         if other == export or other.name.startswith(".") or not other.is_dir():
             continue
         old = _export_meta(other)
-        if (not old or (old.get("source"), old.get("backend"), old.get("quantization")) != key
+        if (not old or not old.get("source") or owner(old) != owner(meta)
                 or old.get("source_sha256") in (None, meta["source_sha256"])):
             continue
         with open(export.parent / f".{other.name}.lock", "w") as lock:

@@ -300,6 +300,19 @@ def test_an_export_of_retrained_weights_replaces_the_older_one_of_the_same_folde
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == sorted(
         [second.name, int8.name, openvino.name, other.name, foreign.name])
     assert E.cached_export(second.name, lambda out: pytest.fail("made twice"), root) == second
+    # The reranker stage scores its model in its staging folder: that export belongs to the folder it is published to.
+    staged = _fake_export(root, "reranker-onnx-none-eee", "/p/.mnemos/staging/reranker/new/models/reranker", "eee")
+    assert not second.exists() and staged.exists() and other.exists()
+    # The folder back at weights exported before (a deterministic retrain, `dvc checkout`): the export found is
+    # used, and the one it supersedes goes, as after a new export.
+    older = _fake_export(root, "reranker-onnx-none-fff", "/p/models/reranker", "fff")
+    assert not staged.exists()
+    E._PRUNED.discard(staged)
+    (root / staged.name).mkdir()
+    (root / staged.name / E.META_FILE).write_text(json.dumps({"backend": "onnx", "quantization": "none",
+                                                              "source": "/p/models/reranker", "source_sha256": "eee"}))
+    assert E.cached_export(staged.name, lambda out: pytest.fail("made twice"), root) == staged
+    assert not older.exists()
 
 
 @pytest.fixture(scope="session")
