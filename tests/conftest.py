@@ -96,14 +96,13 @@ def tiny_llama(tmp_path_factory):
 @pytest.fixture(scope="session")
 def smollm2_models():
     """A models folder holding the shipped SmolLM2 GGUF converted (about 20 s on 2 cores) once for every worker and
-    every later test run: ``.cache/test-llm-models/<the GGUF's digest>`` (the conversion is locked and renamed into
-    place, so the other workers wait for it and never read half a folder). Point ``MNEMOS_LLM_MODELS`` at it so a
-    project copy or a CLI run reuses it instead of converting again."""
-    from pipelines.llm.local import resolve_model, shipped_gguf
+    every later test run: ``.cache/test-llm-models`` (the conversion is locked and renamed into place, so the other
+    workers wait for it and never read half a folder; a new GGUF is converted again, as in a user's models folder).
+    Point ``MNEMOS_LLM_MODELS`` at it so a project copy or a CLI run reuses it instead of converting again."""
+    from pipelines.llm.local import resolve_model
 
-    models = TEST_LLM_MODELS / shipped_gguf()[1][:12]
-    resolve_model("smollm2-135m-instruct", models)
-    return models
+    resolve_model("smollm2-135m-instruct", TEST_LLM_MODELS)
+    return TEST_LLM_MODELS
 
 
 @pytest.fixture

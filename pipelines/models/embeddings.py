@@ -515,12 +515,12 @@ def prune_superseded(export: Path) -> list[Path]:
     meta = _export_meta(export)
     if not meta or not meta.get("source") or not meta.get("source_sha256"):
         return []
-    removed = []
+    mine, removed = owner(meta), []
     for other in sorted(export.parent.iterdir()):
         if other == export or other.name.startswith(".") or not other.is_dir():
             continue
         old = _export_meta(other)
-        if (not old or not old.get("source") or owner(old) != owner(meta)
+        if (not old or not old.get("source") or owner(old) != mine
                 or old.get("source_sha256") in (None, meta["source_sha256"])):
             continue
         with open(export.parent / f".{other.name}.lock", "w") as lock:
